@@ -1,0 +1,177 @@
+"""The SSBJ cost model (Eq. 1-6), its per-machine calibration, and the memory planner."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ssbj.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Sizes of one loop iteration: b master tuples, w_N cache-phase and w_S disk-phase tuples."""
+
+    b: int
+    w_n: int
+    w_s: int
+    n_out: int
+
+
+@dataclass(frozen=True)
+class CostConstants:
+    """Nanoseconds per unit (Table 1); grouped as they appear in Eq. 2.
+
+    ``c_fixed`` is the per-iteration cost of a vectorised implementation (kernel calls,
+    Arrow slicing); the paper's per-tuple Java loop has none. ``c_o`` is charged per
+    output row, which equals the paper's per-tuple c_O for one-to-many joins.
+    """
+
+    c_fixed: float = 400_000.0
+    c_io_row: float = 30.0  # c_I/O(b) / b
+    c_h: float = 40.0
+    c_b: float = 5.0
+    c_s: float = 20.0
+    c_a: float = 60.0
+    c_e: float = 30.0
+    c_o: float = 150.0
+
+    def save(self, path: str | Path) -> None:
+        """Write as JSON."""
+        Path(path).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostConstants:
+        """Read a calibration written by :meth:`save`."""
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**{k: float(v) for k, v in data.items() if k in cls.__dataclass_fields__})
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigError(f"cannot read cost calibration {path}: {exc}") from exc
+
+
+class CostModel:
+    """Eq. 1 (memory), Eq. 2 (c_loop) and Eq. 3 (service rate)."""
+
+    def __init__(self, constants: CostConstants | None = None) -> None:
+        self.k = constants or CostConstants()
+
+    def c_loop(self, s: StepCost) -> float:
+        """Eq. 2: seconds for one iteration."""
+        k = self.k
+        ns = (
+            k.c_fixed
+            + s.b * (k.c_io_row + k.c_h + k.c_b)
+            + s.w_n * (k.c_s + k.c_h)
+            + s.w_s * (k.c_e + k.c_s + k.c_a)
+            + s.n_out * k.c_o
+        )
+        return 1e-9 * ns
+
+    def service_rate(self, s: StepCost) -> float:
+        """Eq. 3: mu = (w_N + w_S) / c_loop."""
+        return (s.w_n + s.w_s) / self.c_loop(s)
+
+    @staticmethod
+    def memory(b: int, h_r: int, w_s: int, r_t: int, v_s: float, v_r: float, v_p: float, f: float) -> float:
+        """Eq. 1: M = (b + h_R f) v_R + w_S (R_t / b) (v_P + f v_S)."""
+        return (b + h_r * f) * v_r + w_s * (r_t / b) * (v_p + f * v_s)
+
+
+def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
+    """Fit the constants to measured (step, c_loop seconds) samples by least squares.
+
+    Eq. 2 is linear in the constants; only the sums that multiply one feature are
+    identifiable from whole-step timings, so each sum is split in the default ratios.
+    """
+    if len(samples) < 5:
+        raise ConfigError("calibration needs at least 5 measured steps")
+    x = np.array([[1.0, s.b, s.w_n, s.w_s, s.n_out] for s, _ in samples])
+    y = np.array([t * 1e9 for _, t in samples])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    coef = np.maximum(coef, 0.0)
+    d = CostConstants()
+
+    def split(total: float, parts: dict[str, float]) -> dict[str, float]:
+        s = sum(parts.values())
+        return {k: total * v / s for k, v in parts.items()}
+
+    g_b = split(coef[1], {"c_io_row": d.c_io_row, "c_h": d.c_h, "c_b": d.c_b})
+    g_n = coef[2]  # c_s + c_h; c_h comes from the b group
+    g_s = split(coef[3], {"c_e": d.c_e, "c_s": d.c_s, "c_a": d.c_a})
+    c_s = max(g_n - g_b["c_h"], 0.0)
+    return CostConstants(
+        c_fixed=float(coef[0]),
+        c_io_row=g_b["c_io_row"],
+        c_h=g_b["c_h"],
+        c_b=g_b["c_b"],
+        c_s=c_s if c_s > 0 else g_s["c_s"],
+        c_a=g_s["c_a"],
+        c_e=g_s["c_e"],
+        c_o=float(coef[4]),
+    )
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """W and b chosen for a memory budget, with the model's prediction."""
+
+    partition_rows: int  # b
+    partitions: int  # k = R_t / b
+    chunk_bytes: int  # bytes of stream tuples entering H_S per step (w_S * v_S)
+    w_s: int
+    predicted_c_loop: float
+    predicted_service_rate: float
+
+
+def plan_memory(
+    budget: int,
+    r_t: int,
+    v_s: float,
+    v_r: float,
+    model: CostModel,
+    v_p: float = 25.0 + 137.0,
+    f: float = 1.0,
+    cache_share: float = 0.0,
+) -> MemoryPlan:
+    """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
+
+    For each candidate b, Eq. 1 gives the largest w_S that fits, Eq. 2 the cost of the
+    iteration, Eq. 3 the service rate; ``cache_share`` is the expected share of tuples
+    the cache phase serves (0 for MESHJOIN), so w = w_S / (1 - share).
+    """
+    if budget <= 0:
+        raise ConfigError(f"memory budget must be > 0, got {budget}")
+    r_t = max(r_t, 1)
+    best: MemoryPlan | None = None
+    candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
+    for b in candidates:
+        k = math.ceil(r_t / b)
+        left = budget - b * v_r
+        if left <= 0:
+            continue
+        w_s = int(left / (k * (v_p + f * v_s)))
+        if w_s < 1:
+            continue
+        w = w_s / max(1e-6, 1.0 - cache_share)
+        w_n = int(w - w_s)
+        step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
+        c = model.c_loop(step)
+        mu = (w_s + w_n) / c
+        if best is None or mu > best.predicted_service_rate:
+            best = MemoryPlan(b, k, int(w_s * v_s), w_s, c, mu)
+    if best is None:
+        raise ConfigError(
+            f"memory budget of {budget} bytes cannot hold one master tuple ({v_r:.0f} B) and one "
+            f"stream tuple per partition; raise --memory"
+        )
+    return best
+
+
+def _k_candidates(r_t: int) -> list[int]:
+    ks = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096]
+    return [k for k in ks if k <= r_t]

@@ -1,0 +1,73 @@
+"""The master-scan protocol: R read partition by partition, cyclically."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from ssbj.errors import ConfigError
+
+
+@runtime_checkable
+class MasterScan(Protocol):
+    """Partition ``p`` of R, ``partition_rows`` (b) tuples each, k partitions per R-cycle."""
+
+    @property
+    def partition_rows(self) -> int:
+        """B: master tuples per partition (disk-buffer size)."""
+        ...
+
+    @property
+    def num_rows(self) -> int:
+        """R_t: master tuples in R."""
+        ...
+
+    def num_partitions(self) -> int:
+        """K: partitions in one R-cycle (read at the start of every R-cycle)."""
+        ...
+
+    def read_partition(self, p: int) -> pa.Table:
+        """Load partition ``p`` (0 <= p < k) into the disk buffer."""
+        ...
+
+    def repartition(self, partition_rows: int) -> MasterScan:
+        """The same R, scanned in partitions of ``partition_rows`` tuples."""
+        ...
+
+
+class ArrowMaster:
+    """R held as an Arrow table (a Parquet/CSV file read once); partitions are zero-copy slices."""
+
+    def __init__(self, table: pa.Table, partition_rows: int) -> None:
+        if partition_rows < 1:
+            raise ConfigError(f"partition_rows (b) must be >= 1, got {partition_rows}")
+        self._table = table
+        self._b = partition_rows
+
+    @property
+    def partition_rows(self) -> int:
+        """B."""
+        return self._b
+
+    @property
+    def num_rows(self) -> int:
+        """R_t."""
+        return self._table.num_rows
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Schema of R."""
+        return self._table.schema
+
+    def num_partitions(self) -> int:
+        """K = ceil(R_t / b), at least 1 so an empty R still has R-cycles."""
+        return max(1, -(-self._table.num_rows // self._b))
+
+    def read_partition(self, p: int) -> pa.Table:
+        """Slice ``p`` of R."""
+        return self._table.slice(p * self._b, self._b)
+
+    def repartition(self, partition_rows: int) -> ArrowMaster:
+        """Same table, other b."""
+        return ArrowMaster(self._table, partition_rows)

@@ -1,0 +1,72 @@
+"""Per-step metrics and the per-component memory report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes held by each component of the operator."""
+
+    h_s: int  # stream tuples in H_S plus the slot ring (queue pointers, chain links)
+    h_r: int  # cached master rows plus their entries
+    queue: int  # chunk descriptors of Q
+    disk_buffer: int  # the partition of R currently loaded
+    switching_buffer: int  # s_B
+    key_table: int  # per-join-value entries (H_S/H_R index, s_count, f_count)
+    key_table_fixed: int  # part of key_table that does not shrink with H_S
+    stream_buffer: int  # input not yet read by the cache phase (outside the budget)
+    entries: int  # join values tracked
+
+    @property
+    def total(self) -> int:
+        """Budgeted bytes: every component but the stream buffer."""
+        return self.h_s + self.h_r + self.queue + self.disk_buffer + self.switching_buffer + self.key_table
+
+    def to_dict(self) -> dict[str, int]:
+        """Plain dict, with the total."""
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """What one outer-loop iteration did and cost."""
+
+    step: int
+    r_cycle: int
+    partition: int
+    partitions: int
+    fsm_state: str
+    w: int  # stream tuples read this step (w_N + w_S + NULL keys)
+    w_n: int  # served by the cache phase
+    w_s: int  # forwarded to H_S
+    null_keys: int
+    b: int
+    output_rows: int
+    c_loop_measured: float
+    c_loop_predicted: float
+    io_seconds: float
+    cache_phase_seconds: float
+    disk_phase_seconds: float
+    service_rate: float  # tuples/s of this step: w / c_loop
+    cache_values: int
+    cache_rows: int
+    cache_bytes: int
+    hs_tuples: int
+    chunk_bytes: int
+    served_cache_total: int
+    served_disk_total: int
+    completed_total: int
+    v_s: float
+    v_r: float
+    memory: MemoryReport
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON-ready)."""
+        d = asdict(self)
+        d["memory"] = self.memory.to_dict()
+        return d

@@ -1,0 +1,640 @@
+"""The semi-stream join operator: MESHJOIN disk phase with the SSBJ cache phase in front.
+
+One call to :meth:`SemiStreamJoin.step` is one iteration of the outer loop of Algorithm 1
+of the SSBJ paper: housekeeping at a new R-cycle, the cache phase over up to ``w`` stream
+tuples, the disk phase over one partition of R, expiry of the oldest chunk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ssbj.core import kernels as K
+from ssbj.core.costmodel import CostModel, StepCost
+from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, needs_verification
+from ssbj.core.master import MasterScan
+from ssbj.core.metrics import MemoryReport, StepMetrics
+from ssbj.core.rowsize import row_nbytes
+from ssbj.errors import ConfigError, InputError
+
+Algorithm = Literal["ssbj", "meshjoin"]
+FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
+_SLOT_BYTES = 8 + 8 + 8 + 1  # ring_key, ring_next, ring_bytes, ring_matched
+_ENTRY_BYTES = 8 + 1 + 8 * K.NFIELDS  # tkeys, tstate, kv row
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """What to join and how.
+
+    ``chunk_bytes`` bounds the bytes of stream tuples that enter H_S per step (w_S in
+    bytes); ``memory_budget`` (bytes), when set, re-derives it at every phase-out R-cycle
+    from the memory left after H_R, the disk buffer and the switching buffer, as the
+    paper's "Adapt MESHJOIN setting w".
+    """
+
+    stream_key: str
+    master_key: str
+    master_columns: tuple[str, ...] | None = None
+    algorithm: Algorithm = "ssbj"
+    switch_factor: float = 1.0
+    eviction_interval: int = 10
+    chunk_bytes: int = 1 << 20
+    max_step_tuples: int = 1 << 20
+    memory_budget: int | None = None
+    min_chunk_bytes: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ("ssbj", "meshjoin"):
+            raise ConfigError(f"algorithm must be 'ssbj' or 'meshjoin', got {self.algorithm!r}")
+        if self.switch_factor <= 0:
+            raise ConfigError(f"switch_factor (s_f) must be > 0, got {self.switch_factor}")
+        if self.eviction_interval < 1:
+            raise ConfigError(f"eviction_interval must be >= 1, got {self.eviction_interval}")
+        if self.chunk_bytes < 1 or self.max_step_tuples < 1:
+            raise ConfigError("chunk_bytes and max_step_tuples must be >= 1")
+        if self.memory_budget is not None and self.memory_budget < 1:
+            raise ConfigError(f"memory_budget must be >= 1 byte, got {self.memory_budget}")
+
+
+@dataclass
+class StepResult:
+    """Output of one step: enriched rows and stream rows that finished without a match."""
+
+    enriched: pa.Table
+    unmatched: pa.Table
+    metrics: StepMetrics
+
+
+@dataclass
+class _Chunk:
+    base: int  # first slot
+    n: int
+    p0: int  # partition loaded in the step the chunk entered
+    table: pa.Table  # the stream tuples
+    nbytes: int
+
+
+@dataclass
+class _Buffered:
+    table: pa.Table
+    keys: EncodedKeys
+    row_bytes: np.ndarray
+    pos: int = 0
+
+
+@dataclass
+class _Counters:
+    tuples_in: int = 0
+    served_cache: int = 0  # tuples completed by the cache phase (matched or empty entry)
+    served_disk: int = 0  # tuples completed by the disk phase (expired or removed from H_S)
+    null_keys: int = 0
+    matched: int = 0  # source tuples with at least one output row
+    unmatched: int = 0
+    output_rows: int = 0
+    steps: int = 0
+    switched_in: int = 0
+    evicted: int = 0
+    busy_seconds: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class SemiStreamJoin:
+    """SSBJ (or plain MESHJOIN) over stream batches and a master scan; see the module doc."""
+
+    def __init__(
+        self,
+        spec: JoinSpec,
+        master: MasterScan,
+        stream_schema: pa.Schema,
+        master_schema: pa.Schema,
+        cost_model: CostModel | None = None,
+    ) -> None:
+        self.spec = spec
+        self.master = master
+        self.cost_model = cost_model or CostModel()
+        if spec.stream_key not in stream_schema.names:
+            raise InputError(f"stream key column {spec.stream_key!r} not in stream columns {stream_schema.names}")
+        if spec.master_key not in master_schema.names:
+            raise InputError(f"master key column {spec.master_key!r} not in master columns {master_schema.names}")
+        proj = list(spec.master_columns) if spec.master_columns is not None else list(master_schema.names)
+        missing = [c for c in proj if c not in master_schema.names]
+        if missing:
+            raise InputError(f"master columns {missing} not in master columns {master_schema.names}")
+        self._family = check_compatible(stream_schema.field(spec.stream_key).type, master_schema.field(spec.master_key).type)
+        self._verify = needs_verification(self._family)
+        self.stream_schema = stream_schema
+        self._proj = proj
+        # disk buffer / H_R layout: the master key first, then the projected columns
+        self._mcols = [spec.master_key] + [c for c in proj if c != spec.master_key]
+        taken = set(stream_schema.names)
+        out_fields = list(stream_schema)
+        self._out_names: list[str] = []
+        for c in proj:
+            name = c
+            while name in taken:
+                name = f"{name}_master"
+            taken.add(name)
+            self._out_names.append(name)
+            out_fields.append(pa.field(name, master_schema.field(c).type))
+        self.output_schema = pa.schema(out_fields)
+        self._master_layout = pa.schema([master_schema.field(c) for c in self._mcols])
+        self._use_cache = spec.algorithm == "ssbj"
+        self._chunk_bytes = spec.chunk_bytes
+        self._init_state()
+
+    # ------------------------------------------------------------------ state
+    def _init_state(self) -> None:
+        self._step = 0
+        self._rc = 0  # R-cycle number
+        self._p = 0  # next partition to load
+        self._k = self.master.num_partitions()
+        self._cycle_start: dict[int, int] = {}
+        cap = 1024
+        self._tkeys = np.zeros(cap, dtype=np.int64)
+        self._tstate = np.zeros(cap, dtype=np.int8)
+        self._kv = np.zeros((cap, K.NFIELDS), dtype=np.int64)
+        self._used = 0
+        self._tombs = 0
+        rcap = 1024
+        self._ring_key = np.zeros(rcap, dtype=np.int64)
+        self._ring_next = np.zeros(rcap, dtype=np.int64)
+        self._ring_bytes = np.zeros(rcap, dtype=np.int64)
+        self._ring_matched = np.zeros(rcap, dtype=np.uint8)
+        self._live_lo = 0
+        self._next_slot = 0
+        self._queue: deque[_Chunk] = deque()
+        self._hr_table = self._master_layout.empty_table()
+        self._hr_keys = np.zeros(0, dtype=np.int64)
+        self._hr_part = np.zeros(0, dtype=np.int64)
+        self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray]] = []
+        self._buffer: deque[_Buffered] = deque()
+        self._disk_buffer_bytes = 0
+        self._c = _Counters()
+        self._vs_avg = 0.0
+        self._vr_avg = 0.0
+
+    # ------------------------------------------------------------------ input
+    def push(self, batch: pa.Table | pa.RecordBatch) -> None:
+        """Append stream tuples to the stream buffer."""
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        if table.num_rows == 0:
+            return
+        if not table.schema.equals(self.stream_schema, check_metadata=False):
+            try:
+                table = table.select(self.stream_schema.names).cast(self.stream_schema)
+            except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InputError(f"stream batch does not match the stream schema: {exc}") from exc
+        table = table.combine_chunks()
+        keys = encode_keys(table.column(self.spec.stream_key), self._family)
+        rb = row_nbytes(table)
+        n = table.num_rows
+        self._vs_avg = (self._vs_avg * self._c.tuples_in + float(rb.sum())) / (self._c.tuples_in + n)
+        self._c.tuples_in += n
+        self._buffer.append(_Buffered(table, keys, rb))
+
+    @property
+    def buffered_tuples(self) -> int:
+        """Stream tuples waiting in the stream buffer."""
+        return sum(b.table.num_rows - b.pos for b in self._buffer)
+
+    @property
+    def hs_tuples(self) -> int:
+        """Stream tuples in H_S (waiting for the rest of their R-cycle)."""
+        return int(self._kv[self._tstate == K.USED, K.HS_COUNT].sum())
+
+    @property
+    def waiting_tuples(self) -> int:
+        """Stream tuples not yet completed."""
+        return self.buffered_tuples + self.hs_tuples
+
+    def run(self, batches: Iterable[pa.Table | pa.RecordBatch], batches_per_step: int = 1) -> Iterator[StepResult]:
+        """Feed ``batches`` (a bounded input), stepping as they arrive, then drain."""
+        pending = 0
+        for b in batches:
+            self.push(b)
+            pending += 1
+            if pending >= batches_per_step:
+                pending = 0
+                while self.buffered_tuples:
+                    yield self.step()
+        yield from self.drain()
+
+    def drain(self) -> Iterator[StepResult]:
+        """End of a bounded input: finish the R-cycle of every waiting tuple, then stop."""
+        while self._buffer or self._queue:
+            yield self.step()
+
+    # ------------------------------------------------------------------ step
+    def step(self) -> StepResult:
+        """One outer-loop iteration of Algorithm 1."""
+        t0 = time.perf_counter()
+        pairs: list[tuple[pa.Table, pa.Table]] = []
+        unmatched: list[pa.Table] = []
+        new_cycle = self._p == 0
+        if new_cycle:
+            self._begin_r_cycle(pairs, unmatched)
+        fsm = self.fsm_code
+        t1 = time.perf_counter()
+        w_n, w_s, w_null = self._cache_phase(pairs, unmatched)
+        t2 = time.perf_counter()
+        p = self._p
+        part = self.master.read_partition(p).select(self._mcols)
+        t3 = time.perf_counter()
+        self._disk_phase(part, fsm, pairs)
+        self._expire(p, unmatched)
+        if self._use_cache and fsm == 2 and p == self._k - 1:
+            K.mark_empty_switches(self._tstate, self._kv, self._rc, self._cycle_start[self._rc], self.spec.switch_factor)
+        self._p = (p + 1) % self._k
+        enriched = self._assemble(pairs)
+        um = pa.concat_tables(unmatched) if unmatched else self.stream_schema.empty_table()
+        self._c.unmatched += um.num_rows
+        self._c.output_rows += enriched.num_rows
+        self._c.steps += 1
+        self._step += 1
+        t4 = time.perf_counter()
+        self._c.busy_seconds += t4 - t0
+        metrics = self._metrics(p, fsm, w_n, w_s, w_null, part.num_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3)
+        return StepResult(enriched, um, metrics)
+
+    @property
+    def fsm_code(self) -> int:
+        """1 incrementing, 2 switching, 0 phase-out; -1 for MESHJOIN or before the first R-cycle."""
+        if not self._use_cache or self._rc == 0:
+            return -1
+        return self._rc % 3
+
+    @property
+    def r_cycle(self) -> int:
+        """Number of the current R-cycle (rc)."""
+        return self._rc
+
+    def _begin_r_cycle(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> None:
+        self._rc += 1
+        self._k = self.master.num_partitions()
+        self._cycle_start[self._rc] = self._step
+        for old in [c for c in self._cycle_start if c < self._rc - 2]:
+            del self._cycle_start[old]
+        if not self._use_cache:
+            self._adapt_w()
+            return
+        removed = int(K.collect_garbage(self._tstate, self._kv))
+        self._used -= removed
+        self._tombs += removed
+        evicted = 0
+        if self._rc % self.spec.eviction_interval == 0:
+            evicted = int(K.evict(self._tstate, self._kv, self._rc, self._step, self.spec.switch_factor))
+            self._c.evicted += evicted
+        if self._rc % 3 == 0:  # phase-out: MOVE all tuples from s_B to H_R
+            n_switch = int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.SWITCHING] == 1)))
+            if n_switch or evicted:
+                self._rebuild_hr()
+            if n_switch:
+                self._switch_in(pairs, unmatched)
+                self._c.switched_in += n_switch
+            K.reset_s_count(self._tstate, self._kv)
+        elif evicted:
+            self._rebuild_hr()
+        self._adapt_w()
+
+    def _adapt_w(self) -> None:
+        """Adapt MESHJOIN setting w: the H_S chunk gets what the budget leaves over."""
+        if self.spec.memory_budget is None:
+            return
+        mem = self.memory()
+        fixed = mem.disk_buffer + mem.h_r + mem.switching_buffer + mem.key_table_fixed
+        avail = self.spec.memory_budget - fixed
+        per_byte = 1.0 + (_SLOT_BYTES + _ENTRY_BYTES) / max(self._vs_avg, 1.0)
+        self._chunk_bytes = max(self.spec.min_chunk_bytes, int(avail / (self._k * per_byte)))
+
+    # ------------------------------------------------------------------ phases
+    def _cache_phase(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> tuple[int, int, int]:
+        """READ w stream tuples; hits are answered from H_R, misses form the new H_S chunk."""
+        budget = self._chunk_bytes
+        used = 0
+        remaining = self.spec.max_step_tuples
+        miss_tables: list[pa.Table] = []
+        miss_keys: list[np.ndarray] = []
+        miss_bytes: list[np.ndarray] = []
+        w_n = w_s = w_null = 0
+        while self._buffer and remaining > 0 and (used < budget or not miss_tables):
+            buf = self._buffer[0]
+            start = buf.pos
+            consumed, hit_entry, miss_idx, null_idx, used = K.cache_probe(
+                self._tkeys, self._tstate, self._kv, buf.keys.values, buf.keys.valid, buf.row_bytes,
+                start, budget, used, remaining, self._use_cache,
+            )
+            consumed = int(consumed)
+            remaining -= consumed
+            buf.pos += consumed
+            if len(null_idx):
+                unmatched.append(buf.table.take(null_idx))
+                w_null += len(null_idx)
+            n_hits = consumed - len(miss_idx) - len(null_idx)
+            if n_hits:
+                ps, pr, empty = K.expand_cache_hits(hit_entry, self._kv, start)
+                ps, pr = self._emit(pairs, buf.table, ps, pr)
+                matched_mask = np.zeros(consumed, dtype=bool)
+                matched_mask[ps - start] = True
+                hit_mask = hit_entry >= 0
+                n_matched = int(np.count_nonzero(matched_mask & hit_mask))
+                self._c.matched += n_matched
+                no_match = np.flatnonzero(hit_mask & ~matched_mask) + start
+                if len(no_match):
+                    unmatched.append(buf.table.take(no_match))
+                w_n += n_hits
+            if len(miss_idx):
+                miss_tables.append(buf.table.take(miss_idx))
+                miss_keys.append(buf.keys.values[miss_idx])
+                miss_bytes.append(buf.row_bytes[miss_idx])
+                w_s += len(miss_idx)
+            if buf.pos >= buf.table.num_rows:
+                self._buffer.popleft()
+            if consumed == 0:
+                break
+        self._c.served_cache += w_n
+        self._c.null_keys += w_null
+        if miss_tables:
+            self._hs_add(
+                pa.concat_tables(miss_tables) if len(miss_tables) > 1 else miss_tables[0],
+                np.concatenate(miss_keys), np.concatenate(miss_bytes),
+            )
+        return w_n, w_s, w_null
+
+    def _hs_add(self, table: pa.Table, keys: np.ndarray, rb: np.ndarray) -> None:
+        """ADD the chunk into H_S and its slots into the queue Q."""
+        n = table.num_rows
+        self._ensure_ring(self._next_slot + n - self._live_lo)
+        self._ensure_table(n)
+        created = K.hs_insert(
+            self._tkeys, self._tstate, self._kv, self._ring_key, self._ring_next, self._ring_bytes,
+            self._ring_matched, keys, rb, self._next_slot, self._step,
+        )
+        self._used += int(created)
+        self._queue.append(_Chunk(self._next_slot, n, self._p, table, int(rb.sum())))
+        self._next_slot += n
+
+    def _disk_phase(self, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
+        """Probe H_S with every tuple of the disk buffer (with the cache-migration instrumentation)."""
+        self._disk_buffer_bytes = part.nbytes
+        if part.num_rows == 0:
+            return
+        mk = encode_keys(part.column(0), self._family)
+        count_bytes = fsm in (1, 2)
+        mb = row_nbytes(part.select(self._proj)) if count_bytes else np.zeros(part.num_rows, dtype=np.int64)
+        if count_bytes and part.num_rows:
+            seen = self._c.extra.get("master_rows_measured", 0)
+            self._vr_avg = (self._vr_avg * seen + float(mb.sum())) / (seen + part.num_rows)
+            self._c.extra["master_rows_measured"] = seen + part.num_rows
+        eligible = self._cycle_start.get(self._rc - 1, -1) if fsm == 2 else -1
+        if not self._queue and fsm not in (1, 2):
+            return
+        pm, psl, sb, _cached = K.disk_probe(
+            self._tkeys, self._tstate, self._kv, self._ring_next, self._ring_matched, self._live_lo,
+            mk.values, mk.valid, mb, fsm if self._use_cache else -1, self._rc, eligible, self.spec.switch_factor,
+            not self._verify,
+        )
+        if len(sb):
+            self._sb.append((part.take(sb), mk.values[sb], np.full(len(sb), self._p, dtype=np.int64)))
+        if len(pm):
+            self._emit_slots(pairs, psl, part, pm)
+
+    def _expire(self, p: int, unmatched: list[pa.Table]) -> None:
+        """DELETE the oldest chunk from Q and H_S once it has met every partition of R."""
+        while self._queue and self._queue[0].p0 == (p + 1) % self._k:
+            ch = self._queue.popleft()
+            um, live = K.expire_slots(
+                self._tkeys, self._tstate, self._kv, self._ring_key, self._ring_bytes, self._ring_matched,
+                ch.base, ch.base + ch.n,
+            )
+            live = int(live)
+            self._c.served_disk += live
+            self._c.matched += live - len(um)
+            if len(um):
+                unmatched.append(ch.table.take(um - ch.base))
+            self._live_lo = self._queue[0].base if self._queue else self._next_slot
+
+    def _switch_in(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> None:
+        bases = np.array([c.base for c in self._queue], dtype=np.int64)
+        p0s = np.array([c.p0 for c in self._queue], dtype=np.int64)
+        ps, pr, removed = K.switch_in(
+            self._tstate, self._kv, self._ring_next, self._ring_matched, self._live_lo, self._next_slot,
+            bases, p0s, self._hr_part, self._rc, not self._verify,
+        )
+        mask = len(self._ring_matched) - 1
+        if len(ps):
+            self._emit_slots(pairs, ps, self._hr_table, pr)
+        self._c.served_disk += len(removed)
+        done_unmatched = removed[self._ring_matched[removed & mask] == 0]
+        self._c.matched += len(removed) - len(done_unmatched)
+        if len(done_unmatched):
+            unmatched.append(self._take_slots(done_unmatched))
+
+    def _rebuild_hr(self) -> None:
+        """Rebuild H_R from the rows of values still cached plus s_B, grouped by join value."""
+        tables = [self._hr_table]
+        keys = [self._hr_keys]
+        parts = [np.full(len(self._hr_keys), self._k, dtype=np.int64)]
+        for t, k, p in self._sb:
+            tables.append(t)
+            keys.append(k)
+            parts.append(p)
+        self._sb = []
+        allk = np.concatenate(keys)
+        allp = np.concatenate(parts)
+        ent = K.lookup_many(self._tkeys, self._tstate, allk, np.ones(len(allk), dtype=bool))
+        keep_ent = ent >= 0
+        keep = np.zeros(len(allk), dtype=bool)
+        keep[keep_ent] = (self._kv[ent[keep_ent], K.CACHED] == 1) | (self._kv[ent[keep_ent], K.SWITCHING] == 1)
+        idx = np.flatnonzero(keep)
+        order = idx[np.argsort(allk[idx], kind="stable")]
+        table = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
+        self._hr_table = table.take(order)
+        self._hr_keys = allk[order]
+        self._hr_part = allp[order]
+        # CSR per cached value
+        live = (self._tstate == K.USED) & ((self._kv[:, K.CACHED] == 1) | (self._kv[:, K.SWITCHING] == 1))
+        self._kv[live, K.HR_LEN] = 0
+        self._kv[live, K.HR_BYTES] = 0
+        if len(order):
+            uniq, starts, counts = np.unique(self._hr_keys, return_index=True, return_counts=True)
+            e = K.lookup_many(self._tkeys, self._tstate, uniq, np.ones(len(uniq), dtype=bool))
+            rb = row_nbytes(self._hr_table.select(self._proj))
+            csum = np.concatenate([[0], np.cumsum(rb)])
+            self._kv[e, K.HR_START] = starts
+            self._kv[e, K.HR_LEN] = counts
+            self._kv[e, K.HR_BYTES] = csum[starts + counts] - csum[starts]
+
+    # ------------------------------------------------------------------ output
+    def _emit(self, pairs: list[tuple[pa.Table, pa.Table]], stream: pa.Table, ps: np.ndarray, pr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Output pairs (stream row ps[i], H_R row pr[i]); returns the verified pairs."""
+        s = stream.take(ps)
+        m = self._hr_table.take(pr)
+        if self._verify and len(ps):
+            ok = np.asarray(pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool)
+            if not ok.all():
+                s, m, ps, pr = s.filter(ok), m.filter(ok), ps[ok], pr[ok]
+        if len(ps):
+            pairs.append((s, m))
+        return ps, pr
+
+    def _emit_slots(
+        self, pairs: list[tuple[pa.Table, pa.Table]], slots: np.ndarray, master: pa.Table, mrows: np.ndarray
+    ) -> None:
+        """Output pairs (H_S slot, master row); with hashed keys, verify and mark matches here."""
+        s = self._take_slots(slots)
+        m = master.take(mrows)
+        if self._verify:
+            ok = np.asarray(pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool)
+            if not ok.all():
+                s, m, slots = s.filter(ok), m.filter(ok), slots[ok]
+            self._ring_matched[slots & (len(self._ring_matched) - 1)] = 1
+        if len(slots):
+            pairs.append((s, m))
+
+    def _take_slots(self, slots: np.ndarray) -> pa.Table:
+        """Stream tuples of H_S slots, gathered chunk by chunk (result in ``slots`` order)."""
+        if len(self._queue) == 1:
+            ch = self._queue[0]
+            return ch.table.take(slots - ch.base)
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        bases = np.array([c.base for c in self._queue], dtype=np.int64)
+        cidx = np.searchsorted(bases, sorted_slots, side="right") - 1
+        bounds = np.flatnonzero(np.diff(cidx)) + 1
+        pieces = []
+        for seg in np.split(np.arange(len(sorted_slots)), bounds):
+            if len(seg) == 0:
+                continue
+            ch = self._queue[int(cidx[seg[0]])]
+            pieces.append(ch.table.take(sorted_slots[seg] - ch.base))
+        t = pa.concat_tables(pieces) if pieces else self.stream_schema.empty_table()
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        return t.take(inv)
+
+    def _assemble(self, pairs: list[tuple[pa.Table, pa.Table]]) -> pa.Table:
+        if not pairs:
+            return self.output_schema.empty_table()
+        arrays: list[pa.ChunkedArray] = []
+        s_all = pa.concat_tables([s for s, _ in pairs]) if len(pairs) > 1 else pairs[0][0]
+        m_all = pa.concat_tables([m for _, m in pairs]) if len(pairs) > 1 else pairs[0][1]
+        arrays.extend(s_all.columns)
+        for c in self._proj:
+            arrays.append(m_all.column(c))
+        return pa.Table.from_arrays(arrays, schema=self.output_schema)
+
+    # ------------------------------------------------------------------ capacity
+    def _ensure_ring(self, need: int) -> None:
+        cap = len(self._ring_key)
+        if need <= cap:
+            return
+        new_cap = cap
+        while new_cap < need:
+            new_cap *= 2
+        old_mask, new_mask = cap - 1, new_cap - 1
+        live = np.arange(self._live_lo, self._next_slot, dtype=np.int64)
+        arrays = []
+        for arr in (self._ring_key, self._ring_next, self._ring_bytes, self._ring_matched):
+            new = np.zeros(new_cap, dtype=arr.dtype)
+            new[live & new_mask] = arr[live & old_mask]
+            arrays.append(new)
+        self._ring_key, self._ring_next, self._ring_bytes, self._ring_matched = arrays
+
+    def _ensure_table(self, n_new: int) -> None:
+        cap = len(self._tkeys)
+        if (self._used + self._tombs + n_new) * 2 <= cap:
+            return
+        new_cap = 1024
+        while new_cap < (self._used + n_new) * 2 + 2:
+            new_cap *= 2
+        self._tkeys, self._tstate, self._kv = K.rehash(self._tkeys, self._tstate, self._kv, new_cap)
+        self._tombs = 0
+
+    # ------------------------------------------------------------------ reporting
+    def memory(self) -> MemoryReport:
+        """Bytes per component (the stream buffer is reported but not part of the budget)."""
+        n_entries = self._used
+        cached_entries = int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)))
+        hs_rows = sum(c.nbytes for c in self._queue)
+        ring = len(self._ring_key) * _SLOT_BYTES
+        hr = self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes
+        sb = sum(t.nbytes + k.nbytes + p.nbytes for t, k, p in self._sb)
+        return MemoryReport(
+            h_s=hs_rows + ring,
+            h_r=hr + cached_entries * _ENTRY_BYTES,
+            queue=len(self._queue) * 64,
+            disk_buffer=self._disk_buffer_bytes,
+            switching_buffer=sb,
+            key_table=len(self._tkeys) * _ENTRY_BYTES,
+            key_table_fixed=1024 * _ENTRY_BYTES + cached_entries * 2 * _ENTRY_BYTES,
+            stream_buffer=sum(b.table.nbytes for b in self._buffer),
+            entries=n_entries,
+        )
+
+    def _metrics(
+        self, p: int, fsm: int, w_n: int, w_s: int, w_null: int, b: int, n_out: int,
+        c_loop: float, io_s: float, cache_s: float, disk_s: float,
+    ) -> StepMetrics:
+        cached = (self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)
+        predicted = self.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out))
+        done = self._c.served_cache + self._c.served_disk + self._c.null_keys
+        return StepMetrics(
+            step=self._step - 1,
+            r_cycle=self._rc,
+            partition=p,
+            partitions=self._k,
+            fsm_state=FSM_NAMES.get(fsm, "meshjoin" if not self._use_cache else "warm-up"),
+            w=w_n + w_s + w_null,
+            w_n=w_n,
+            w_s=w_s,
+            null_keys=w_null,
+            b=b,
+            output_rows=n_out,
+            c_loop_measured=c_loop,
+            c_loop_predicted=predicted,
+            io_seconds=io_s,
+            cache_phase_seconds=cache_s,
+            disk_phase_seconds=disk_s,
+            service_rate=(w_n + w_s + w_null) / c_loop if c_loop > 0 else 0.0,
+            cache_values=int(np.count_nonzero(cached)),
+            cache_rows=int(self._hr_table.num_rows),
+            cache_bytes=int(self._hr_table.nbytes),
+            hs_tuples=self.hs_tuples,
+            chunk_bytes=self._chunk_bytes,
+            served_cache_total=self._c.served_cache,
+            served_disk_total=self._c.served_disk,
+            completed_total=done,
+            v_s=self._vs_avg,
+            v_r=self._vr_avg,
+            memory=self.memory(),
+        )
+
+    def totals(self) -> dict[str, float | int]:
+        """Run-level counters; ``tuples_in == matched + unmatched + waiting`` always holds."""
+        c = self._c
+        return {
+            "tuples_in": c.tuples_in,
+            "matched_source_rows": c.matched,
+            "unmatched_source_rows": c.unmatched,
+            "waiting": self.waiting_tuples,
+            "null_keys": c.null_keys,
+            "served_by_cache": c.served_cache,
+            "served_by_disk": c.served_disk,
+            "output_rows": c.output_rows,
+            "steps": c.steps,
+            "r_cycles": self._rc,
+            "switched_in": c.switched_in,
+            "evicted": c.evicted,
+            "busy_seconds": c.busy_seconds,
+            "service_rate": (c.served_cache + c.served_disk + c.null_keys) / c.busy_seconds if c.busy_seconds else 0.0,
+            "cache_share": c.served_cache / max(1, c.served_cache + c.served_disk + c.null_keys),
+        }

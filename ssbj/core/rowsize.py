@@ -1,0 +1,33 @@
+"""Measured byte sizes of rows (v_S, v_R of the cache inequality)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def _column_bytes(col: pa.ChunkedArray, n: int) -> np.ndarray | int:
+    t = col.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+        col = pc.cast(col, t)
+    if pa.types.is_boolean(t):
+        return 1
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return 4 + np.asarray(pc.fill_null(pc.binary_length(col), 0).to_numpy(), dtype=np.int64)
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        return 8 + np.asarray(pc.fill_null(pc.binary_length(col), 0).to_numpy(), dtype=np.int64)
+    try:
+        return max(1, t.bit_width // 8)
+    except ValueError:
+        return int(col.nbytes // max(n, 1)) + 1
+
+
+def row_nbytes(table: pa.Table) -> np.ndarray:
+    """Bytes each row occupies in Arrow layout (values plus offsets), as int64."""
+    n = table.num_rows
+    total = np.zeros(n, dtype=np.int64)
+    for col in table.columns:
+        total += _column_bytes(col, n)
+    return total
