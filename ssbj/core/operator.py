@@ -10,20 +10,21 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssbj.core import kernels as K
+from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
 from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
 from ssbj.core.rowsize import row_nbytes
-from ssbj.errors import ConfigError, InputError
+from ssbj.errors import CheckpointError, ConfigError, InputError
 
 Algorithm = Literal["ssbj", "meshjoin"]
 FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
@@ -175,7 +176,9 @@ class SemiStreamJoin:
         self._hr_table = self._master_layout.empty_table()
         self._hr_keys = np.zeros(0, dtype=np.int64)
         self._hr_part = np.zeros(0, dtype=np.int64)
-        self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray]] = []
+        self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
+        self._sb_seq = 0
+        self._hr_version = 0
         self._buffer: deque[_Buffered] = deque()
         self._disk_buffer_bytes = 0
         self._c = _Counters()
@@ -403,7 +406,8 @@ class SemiStreamJoin:
             not self._verify,
         )
         if len(sb):
-            self._sb.append((part.take(sb), mk.values[sb], np.full(len(sb), self._p, dtype=np.int64)))
+            self._sb_seq += 1
+            self._sb.append((part.take(sb), mk.values[sb], np.full(len(sb), self._p, dtype=np.int64), self._sb_seq))
         if len(pm):
             self._emit_slots(pairs, psl, part, pm)
 
@@ -443,11 +447,12 @@ class SemiStreamJoin:
         tables = [self._hr_table]
         keys = [self._hr_keys]
         parts = [np.full(len(self._hr_keys), self._k, dtype=np.int64)]
-        for t, k, p in self._sb:
+        for t, k, p, _ in self._sb:
             tables.append(t)
             keys.append(k)
             parts.append(p)
         self._sb = []
+        self._hr_version += 1
         allk = np.concatenate(keys)
         allp = np.concatenate(parts)
         ent = K.lookup_many(self._tkeys, self._tstate, allk, np.ones(len(allk), dtype=bool))
@@ -559,6 +564,144 @@ class SemiStreamJoin:
         self._tkeys, self._tstate, self._kv = K.rehash(self._tkeys, self._tstate, self._kv, new_cap)
         self._tombs = 0
 
+    # ------------------------------------------------------------------ introspection
+    def cached_values(self) -> np.ndarray:
+        """Encoded join values served by H_R (the values themselves for integer keys)."""
+        used = (self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)
+        return np.sort(self._tkeys[used])
+
+    def hs_count(self, value: int) -> int:
+        """Stream tuples of an (encoded) join value in H_S."""
+        e = K.lookup_many(self._tkeys, self._tstate, np.array([value], dtype=np.int64), np.ones(1, dtype=bool))[0]
+        return int(self._kv[e, K.HS_COUNT]) if e >= 0 else 0
+
+    # ------------------------------------------------------------------ checkpoint
+    def checkpoint(self, store: DirectoryStore, checkpoint_id: int) -> None:
+        """Save the full state as checkpoint ``checkpoint_id``, writing only what is new.
+
+        New H_S chunks, new s_B pieces and a changed H_R are written once; each
+        checkpoint adds the per-value entries, the match flags of live slots, the unread
+        stream buffer and a manifest.
+        """
+        files: list[str] = []
+        chunks = []
+        for ch in self._queue:
+            name = f"chunk-{ch.base}.arrow"
+            if not store.exists(name):
+                sl = np.arange(ch.base, ch.base + ch.n, dtype=np.int64) & (len(self._ring_key) - 1)
+                t = ch.table.append_column("__ssbj_key", pa.array(self._ring_key[sl]))
+                t = t.append_column("__ssbj_next", pa.array(self._ring_next[sl]))
+                t = t.append_column("__ssbj_bytes", pa.array(self._ring_bytes[sl]))
+                store.write_table(name, t)
+            files.append(name)
+            chunks.append({"base": ch.base, "n": ch.n, "p0": ch.p0, "nbytes": ch.nbytes, "file": name})
+        hr_name = f"hr-{self._hr_version}.arrow"
+        if not store.exists(hr_name):
+            t = self._hr_table.append_column("__ssbj_key", pa.array(self._hr_keys, pa.int64()))
+            store.write_table(hr_name, t.append_column("__ssbj_part", pa.array(self._hr_part, pa.int64())))
+        files.append(hr_name)
+        sb = []
+        for t, k, p, sid in self._sb:
+            name = f"sb-{sid}.arrow"
+            if not store.exists(name):
+                t2 = t.append_column("__ssbj_key", pa.array(k, pa.int64()))
+                store.write_table(name, t2.append_column("__ssbj_part", pa.array(p, pa.int64())))
+            files.append(name)
+            sb.append(name)
+        buf_name = f"buf-{checkpoint_id}.arrow"
+        rest = [b.table.slice(b.pos) for b in self._buffer]
+        store.write_table(buf_name, pa.concat_tables(rest) if rest else self.stream_schema.empty_table())
+        files.append(buf_name)
+        state_name = f"state-{checkpoint_id}.npz"
+        used = self._tstate == K.USED
+        live = np.arange(self._live_lo, self._next_slot, dtype=np.int64) & (len(self._ring_key) - 1)
+        store.write_arrays(
+            state_name,
+            {"tkeys": self._tkeys[used], "kv": self._kv[used], "matched": np.packbits(self._ring_matched[live])},
+        )
+        files.append(state_name)
+        manifest: dict[str, Any] = {
+            "version": 1,
+            "spec": {"stream_key": self.spec.stream_key, "master_key": self.spec.master_key,
+                     "master_columns": self._proj, "algorithm": self.spec.algorithm},
+            "step": self._step, "rc": self._rc, "p": self._p, "k": self._k,
+            "cycle_start": {str(k): v for k, v in self._cycle_start.items()},
+            "live_lo": self._live_lo, "next_slot": self._next_slot, "ring_cap": len(self._ring_key),
+            "table_cap": len(self._tkeys), "chunks": chunks, "hr": hr_name, "hr_version": self._hr_version,
+            "sb": sb, "sb_seq": self._sb_seq, "buffer": buf_name, "state": state_name,
+            "chunk_bytes": self._chunk_bytes, "disk_buffer_bytes": self._disk_buffer_bytes,
+            "vs_avg": self._vs_avg, "vr_avg": self._vr_avg, "counters": asdict(self._c), "files": files,
+        }
+        store.write_manifest(checkpoint_id, manifest)
+
+    @classmethod
+    def restore(
+        cls,
+        store: DirectoryStore,
+        spec: JoinSpec,
+        master: MasterScan,
+        stream_schema: pa.Schema,
+        master_schema: pa.Schema,
+        checkpoint_id: int | None = None,
+        cost_model: CostModel | None = None,
+    ) -> SemiStreamJoin:
+        """An operator in exactly the state saved by :meth:`checkpoint`."""
+        op = cls(spec, master, stream_schema, master_schema, cost_model)
+        _, m = store.read_manifest(checkpoint_id)
+        saved = m["spec"]
+        mine = {"stream_key": spec.stream_key, "master_key": spec.master_key,
+                "master_columns": op._proj, "algorithm": spec.algorithm}
+        if saved != mine:
+            raise CheckpointError(f"checkpoint was taken for {saved}, not {mine}")
+        op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
+        op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}
+        op._live_lo, op._next_slot = m["live_lo"], m["next_slot"]
+        op._chunk_bytes, op._disk_buffer_bytes = m["chunk_bytes"], m["disk_buffer_bytes"]
+        op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
+        counters = dict(m["counters"])
+        op._c = _Counters(**counters)
+        op._hr_version, op._sb_seq = m["hr_version"], m["sb_seq"]
+        rcap = m["ring_cap"]
+        op._ring_key = np.zeros(rcap, dtype=np.int64)
+        op._ring_next = np.zeros(rcap, dtype=np.int64)
+        op._ring_bytes = np.zeros(rcap, dtype=np.int64)
+        op._ring_matched = np.zeros(rcap, dtype=np.uint8)
+        mask = rcap - 1
+        internal = ["__ssbj_key", "__ssbj_next", "__ssbj_bytes"]
+        for c in m["chunks"]:
+            t = store.read_table(c["file"])
+            sl = np.arange(c["base"], c["base"] + c["n"], dtype=np.int64) & mask
+            op._ring_key[sl] = t.column("__ssbj_key").to_numpy()
+            op._ring_next[sl] = t.column("__ssbj_next").to_numpy()
+            op._ring_bytes[sl] = t.column("__ssbj_bytes").to_numpy()
+            op._queue.append(_Chunk(c["base"], c["n"], c["p0"], t.drop_columns(internal), c["nbytes"]))
+        hr = store.read_table(m["hr"])
+        op._hr_keys = hr.column("__ssbj_key").to_numpy().astype(np.int64)
+        op._hr_part = hr.column("__ssbj_part").to_numpy().astype(np.int64)
+        op._hr_table = hr.drop_columns(["__ssbj_key", "__ssbj_part"])
+        for name in m["sb"]:
+            t = store.read_table(name)
+            sid = int(name.split("-")[1].split(".")[0])
+            op._sb.append((t.drop_columns(["__ssbj_key", "__ssbj_part"]),
+                           t.column("__ssbj_key").to_numpy().astype(np.int64),
+                           t.column("__ssbj_part").to_numpy().astype(np.int64), sid))
+        arrays = store.read_arrays(m["state"])
+        live = np.arange(op._live_lo, op._next_slot, dtype=np.int64) & mask
+        op._ring_matched[live] = np.unpackbits(arrays["matched"], count=len(live))
+        tk, kvs = arrays["tkeys"], arrays["kv"]
+        cap = m["table_cap"]
+        full_keys = np.zeros(len(tk), dtype=np.int64)
+        full_keys[:] = tk
+        state = np.full(len(tk), K.USED, dtype=np.int8)
+        op._tkeys, op._tstate, op._kv = K.rehash(full_keys, state, kvs.astype(np.int64), cap) if len(tk) else (
+            np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int8), np.zeros((cap, K.NFIELDS), dtype=np.int64))
+        op._used, op._tombs = len(tk), 0
+        buf = store.read_table(m["buffer"])
+        if buf.num_rows:
+            buf = buf.combine_chunks()
+            op._buffer.append(_Buffered(buf, encode_keys(buf.column(spec.stream_key), op._family), row_nbytes(buf)))
+        return op
+
     # ------------------------------------------------------------------ reporting
     def memory(self) -> MemoryReport:
         """Bytes per component (the stream buffer is reported but not part of the budget)."""
@@ -567,7 +710,7 @@ class SemiStreamJoin:
         hs_rows = sum(c.nbytes for c in self._queue)
         ring = len(self._ring_key) * _SLOT_BYTES
         hr = self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes
-        sb = sum(t.nbytes + k.nbytes + p.nbytes for t, k, p in self._sb)
+        sb = sum(t.nbytes + k.nbytes + p.nbytes for t, k, p, _ in self._sb)
         return MemoryReport(
             h_s=hs_rows + ring,
             h_r=hr + cached_entries * _ENTRY_BYTES,
