@@ -171,6 +171,8 @@ def cache_probe(
     i = start
     limit = min(n, start + max_tuples)
     while i < limit:
+        if miss_bytes_used >= miss_budget_bytes:
+            break  # the H_S chunk is full: this step reads no further tuple
         if not valid[i]:
             null_idx[nn] = i
             nn += 1

@@ -328,7 +328,7 @@ class SemiStreamJoin:
         miss_keys: list[np.ndarray] = []
         miss_bytes: list[np.ndarray] = []
         w_n = w_s = w_null = 0
-        while self._buffer and remaining > 0 and (used < budget or not miss_tables):
+        while self._buffer and remaining > 0 and used < budget:
             buf = self._buffer[0]
             start = buf.pos
             consumed, hit_entry, miss_idx, null_idx, used = K.cache_probe(
