@@ -23,14 +23,15 @@ import pyarrow.parquet as pq
 
 from ssbj.errors import ConfigError
 
-__all__ = ["fixed_payload", "generate_synthetic", "tpch", "tpchgen_binary", "zipf_ranks"]
+__all__ = ["fixed_payload", "generate_synthetic", "key_stats", "tpch", "tpchgen_binary", "zipf_ranks"]
 
 
 def zipf_ranks(rng: np.random.Generator, n: int, domain: int, skew: float) -> np.ndarray:
-    """``n`` ranks in ``[0, domain)`` with P(rank r) proportional to ``(r + 1) ** -skew``.
+    """``n`` i.i.d. ranks in ``[0, domain)`` with P(rank r) proportional to ``(r + 1) ** -skew``.
 
-    Inverse-CDF sampling over the finite domain, so exponents <= 1 (where the infinite
-    Zipf distribution does not exist) work; ``skew == 0`` is the uniform distribution.
+    Exact over the finite domain (so exponents <= 1, where the infinite Zipf law does not
+    exist, work): multinomial counts per rank, expanded and shuffled, which is O(n +
+    domain) and cache-friendly; ``skew == 0`` is the uniform distribution.
     """
     if domain < 1:
         raise ConfigError(f"key domain must be >= 1, got {domain}")
@@ -39,18 +40,26 @@ def zipf_ranks(rng: np.random.Generator, n: int, domain: int, skew: float) -> np
     if skew == 0:
         return rng.integers(0, domain, size=n, dtype=np.int64)
     weights = np.arange(1, domain + 1, dtype=np.float64) ** -skew
-    cdf = np.cumsum(weights)
-    cdf /= cdf[-1]
-    u = rng.random(n)
-    ranks = np.searchsorted(cdf, u, side="right").astype(np.int64)
-    return np.minimum(ranks, domain - 1, out=ranks)
+    weights /= weights.sum()
+    counts = rng.multinomial(n, weights)
+    ranks = np.repeat(np.arange(domain, dtype=np.int64), counts)
+    rng.shuffle(ranks)
+    return ranks
 
 
 def fixed_payload(rng: np.random.Generator, n: int, nbytes: int) -> pa.Array:
-    """``n`` random fixed-size binary values of ``nbytes`` bytes (a tuple-size knob)."""
+    """``n`` pseudo-random fixed-size binary values of ``nbytes`` bytes (a tuple-size knob).
+
+    The bytes come from a multiplicative hash of the position (cheap and vectorised);
+    their content is irrelevant to the join, only their size matters.
+    """
     if nbytes < 1:
         raise ConfigError(f"payload size must be >= 1 byte, got {nbytes}")
-    buf = pa.py_buffer(rng.bytes(n * nbytes))
+    words = -(-n * nbytes // 8)
+    salt = rng.integers(0, 1 << 62, dtype=np.uint64)
+    data = (np.arange(words, dtype=np.uint64) + salt) * np.uint64(0x9E3779B97F4A7C15)
+    data ^= data >> np.uint64(29)
+    buf = pa.py_buffer(data)
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(nbytes), n, [None, buf])
 
 
