@@ -110,7 +110,7 @@ class DirectoryStore:
         self._collect(checkpoint_id)
 
     def read_manifest(self, checkpoint_id: int | None = None) -> tuple[int, dict[str, Any]]:
-        """The manifest of ``checkpoint_id`` (default: the newest)."""
+        """Return the manifest of ``checkpoint_id`` (default: the newest)."""
         cid = self.latest() if checkpoint_id is None else checkpoint_id
         if cid is None:
             raise CheckpointError(f"no checkpoint in {self.path}")

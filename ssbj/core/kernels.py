@@ -17,6 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# The bodies below are compiled by numba and work on NumPy scalars; mypy sees them as
+# Python and cannot tell np.int64 from int, so those two codes are silenced here only.
+# mypy: disable-error-code="return-value,arg-type"
+
 # Slot states of the key table.
 EMPTY = 0
 USED = 1
@@ -61,7 +65,7 @@ def hash_bytes(offsets: np.ndarray, data: np.ndarray, out: np.ndarray) -> None: 
 
 
 @njit(cache=True, inline="always")
-def _find(tkeys: np.ndarray, tstate: np.ndarray, key: np.int64) -> np.int64:  # pragma: no cover
+def _find(tkeys: np.ndarray, tstate: np.ndarray, key: int) -> int:  # pragma: no cover
     mask = tkeys.shape[0] - 1
     i = np.int64(_mix(np.uint64(key)) & np.uint64(mask))
     while True:
@@ -74,7 +78,7 @@ def _find(tkeys: np.ndarray, tstate: np.ndarray, key: np.int64) -> np.int64:  # 
 
 
 @njit(cache=True)
-def _init_entry(kv: np.ndarray, e: np.int64, now_step: np.int64, first_slot: np.int64) -> None:  # pragma: no cover
+def _init_entry(kv: np.ndarray, e: int, now_step: int, first_slot: int) -> None:  # pragma: no cover
     for f in range(NFIELDS):
         kv[e, f] = 0
     kv[e, HS_HEAD] = -1
@@ -88,10 +92,10 @@ def _get_or_create(
     tkeys: np.ndarray,
     tstate: np.ndarray,
     kv: np.ndarray,
-    key: np.int64,
-    now_step: np.int64,
-    first_slot: np.int64,
-) -> tuple[np.int64, np.int64]:  # pragma: no cover
+    key: int,
+    now_step: int,
+    first_slot: int,
+) -> tuple[int, int]:  # pragma: no cover
     """Entry of ``key``, created if missing; returns (entry, 1 if created)."""
     mask = tkeys.shape[0] - 1
     i = np.int64(_mix(np.uint64(key)) & np.uint64(mask))
@@ -114,7 +118,9 @@ def _get_or_create(
 
 
 @njit(cache=True)
-def lookup_many(tkeys: np.ndarray, tstate: np.ndarray, keys: np.ndarray, valid: np.ndarray) -> np.ndarray:  # pragma: no cover
+def lookup_many(
+    tkeys: np.ndarray, tstate: np.ndarray, keys: np.ndarray, valid: np.ndarray
+) -> np.ndarray:  # pragma: no cover
     """Entry per key, -1 where absent or the key is NULL."""
     out = np.empty(keys.shape[0], dtype=np.int64)
     for i in range(keys.shape[0]):
@@ -124,7 +130,7 @@ def lookup_many(tkeys: np.ndarray, tstate: np.ndarray, keys: np.ndarray, valid: 
 
 @njit(cache=True)
 def rehash(
-    tkeys: np.ndarray, tstate: np.ndarray, kv: np.ndarray, new_cap: np.int64
+    tkeys: np.ndarray, tstate: np.ndarray, kv: np.ndarray, new_cap: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """Rebuild the key table at ``new_cap`` slots, dropping tombstones."""
     nk = np.zeros(new_cap, dtype=np.int64)
@@ -151,12 +157,12 @@ def cache_probe(
     keys: np.ndarray,
     valid: np.ndarray,
     row_bytes: np.ndarray,
-    start: np.int64,
-    miss_budget_bytes: np.int64,
-    miss_bytes_used: np.int64,
-    max_tuples: np.int64,
+    start: int,
+    miss_budget_bytes: int,
+    miss_bytes_used: int,
+    max_tuples: int,
     use_cache: bool,
-) -> tuple[np.int64, np.ndarray, np.ndarray, np.ndarray, np.int64]:  # pragma: no cover
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
     """Cache phase over ``keys[start:]``: probe H_R, stop when the H_S chunk is full.
 
     Returns (consumed, hit_entry, miss_idx, null_idx, miss_bytes_used); ``hit_entry``
@@ -194,36 +200,28 @@ def cache_probe(
 
 
 @njit(cache=True)
-def expand_cache_hits(hit_entry: np.ndarray, kv: np.ndarray, offset: np.int64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
-    """Output pairs (stream index, H_R row) of the hits, and the hits with no master row."""
+def expand_cache_hits(
+    hit_entry: np.ndarray, kv: np.ndarray, offset: int
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Output pairs (stream index, H_R row) of the cache hits."""
     total = 0
-    nempty = 0
     for i in range(hit_entry.shape[0]):
         e = hit_entry[i]
         if e >= 0:
-            ln = kv[e, HR_LEN]
-            total += ln
-            if ln == 0:
-                nempty += 1
+            total += kv[e, HR_LEN]
     ps = np.empty(total, dtype=np.int64)
     pr = np.empty(total, dtype=np.int64)
-    empty = np.empty(nempty, dtype=np.int64)
     k = 0
-    m = 0
     for i in range(hit_entry.shape[0]):
         e = hit_entry[i]
         if e < 0:
             continue
-        ln = kv[e, HR_LEN]
-        if ln == 0:
-            empty[m] = i + offset
-            m += 1
         st = kv[e, HR_START]
-        for r in range(st, st + ln):
+        for r in range(st, st + kv[e, HR_LEN]):
             ps[k] = i + offset
             pr[k] = r
             k += 1
-    return ps, pr, empty
+    return ps, pr
 
 
 @njit(cache=True)
@@ -237,9 +235,9 @@ def hs_insert(
     ring_matched: np.ndarray,
     keys: np.ndarray,
     row_bytes: np.ndarray,
-    base_slot: np.int64,
-    now_step: np.int64,
-) -> np.int64:  # pragma: no cover
+    base_slot: int,
+    now_step: int,
+) -> int:  # pragma: no cover
     """Append a chunk to H_S and the queue; returns the number of entries created."""
     mask = ring_key.shape[0] - 1
     created = 0
@@ -265,14 +263,14 @@ def disk_probe(
     kv: np.ndarray,
     ring_next: np.ndarray,
     ring_matched: np.ndarray,
-    live_lo: np.int64,
+    live_lo: int,
     mkeys: np.ndarray,
     mvalid: np.ndarray,
     mbytes: np.ndarray,
-    fsm: np.int64,
-    rc: np.int64,
-    eligible_before: np.int64,
-    switch_factor: np.float64,
+    fsm: int,
+    rc: int,
+    eligible_before: int,
+    switch_factor: float,
     mark_matched: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """Disk phase: probe H_S with the disk buffer, with the paper's instrumentation.
@@ -350,9 +348,9 @@ def expire_slots(
     ring_key: np.ndarray,
     ring_bytes: np.ndarray,
     ring_matched: np.ndarray,
-    lo: np.int64,
-    hi: np.int64,
-) -> tuple[np.ndarray, np.int64]:  # pragma: no cover
+    lo: int,
+    hi: int,
+) -> tuple[np.ndarray, int]:  # pragma: no cover
     """Expire slots [lo, hi) from H_S; returns (unmatched live slots, live slots)."""
     mask = ring_key.shape[0] - 1
     out = np.empty(hi - lo, dtype=np.int64)
@@ -374,8 +372,8 @@ def expire_slots(
 
 @njit(cache=True)
 def mark_empty_switches(
-    tstate: np.ndarray, kv: np.ndarray, rc: np.int64, eligible_before: np.int64, switch_factor: np.float64
-) -> np.int64:  # pragma: no cover
+    tstate: np.ndarray, kv: np.ndarray, rc: int, eligible_before: int, switch_factor: float
+) -> int:  # pragma: no cover
     """End of a switching R-cycle: values tracked all cycle that met no master row have m = 0.
 
     The cache inequality then holds whenever they have stream tuples in H_S, so they
@@ -400,12 +398,12 @@ def switch_in(
     kv: np.ndarray,
     ring_next: np.ndarray,
     ring_matched: np.ndarray,
-    live_lo: np.int64,
-    next_slot: np.int64,
+    live_lo: int,
+    next_slot: int,
     chunk_base: np.ndarray,
     chunk_p0: np.ndarray,
     hr_part: np.ndarray,
-    rc: np.int64,
+    rc: int,
     mark_matched: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """Start of the phase-out R-cycle: s_B becomes part of H_R.
@@ -458,9 +456,7 @@ def switch_in(
 
 
 @njit(cache=True)
-def evict(
-    tstate: np.ndarray, kv: np.ndarray, rc: np.int64, now_step: np.int64, switch_factor: np.float64
-) -> np.int64:  # pragma: no cover
+def evict(tstate: np.ndarray, kv: np.ndarray, rc: int, now_step: int, switch_factor: float) -> int:  # pragma: no cover
     """Cache eviction: evict values whose H_R rows outweigh their stream tuples per R-cycle.
 
     f_count is divided by the number of R-cycles it covers (10 for a value cached for the
@@ -491,7 +487,7 @@ def evict(
 
 
 @njit(cache=True)
-def collect_garbage(tstate: np.ndarray, kv: np.ndarray) -> np.int64:  # pragma: no cover
+def collect_garbage(tstate: np.ndarray, kv: np.ndarray) -> int:  # pragma: no cover
     """Drop entries that hold no H_S tuple and are neither cached nor switching."""
     n = 0
     for e in range(tstate.shape[0]):

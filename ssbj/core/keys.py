@@ -11,8 +11,6 @@ import pyarrow.compute as pc
 from ssbj.core.kernels import hash_bytes
 from ssbj.errors import InputError
 
-ArrowColumn = pa.Array | pa.ChunkedArray
-
 
 def key_family(t: pa.DataType) -> str:
     """Family of a key type; two key columns can be joined only within one family."""
@@ -41,8 +39,7 @@ def check_compatible(stream_type: pa.DataType, master_type: pa.DataType) -> str:
     fs, fm = key_family(stream_type), key_family(master_type)
     if fs != fm:
         raise InputError(
-            f"stream key type {stream_type} and master key type {master_type} are incompatible "
-            f"({fs} vs {fm})"
+            f"stream key type {stream_type} and master key type {master_type} are incompatible ({fs} vs {fm})"
         )
     return fs
 
@@ -89,12 +86,16 @@ def _encode_array(arr: pa.Array, family: str) -> np.ndarray:
     return _hash_varlen(arr)
 
 
-def encode_keys(col: ArrowColumn, family: str) -> EncodedKeys:
+def encode_keys(col: pa.Array | pa.ChunkedArray, family: str) -> EncodedKeys:
     """Encode a key column (any supported type) into int64 join values and a validity mask."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     n = len(col)
-    valid = np.ones(n, dtype=bool) if col.null_count == 0 else np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    valid = (
+        np.ones(n, dtype=bool)
+        if col.null_count == 0
+        else np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    )
     values = _encode_array(col, family) if n else np.zeros(0, dtype=np.int64)
     return EncodedKeys(values=values, valid=valid)
 

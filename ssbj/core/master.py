@@ -32,7 +32,7 @@ class MasterScan(Protocol):
         ...
 
     def repartition(self, partition_rows: int) -> MasterScan:
-        """The same R, scanned in partitions of ``partition_rows`` tuples."""
+        """Return the same R, scanned in partitions of ``partition_rows`` tuples."""
         ...
 
 
@@ -53,7 +53,7 @@ class ArrowMaster:
     @property
     def num_rows(self) -> int:
         """R_t."""
-        return self._table.num_rows
+        return int(self._table.num_rows)
 
     @property
     def schema(self) -> pa.Schema:
@@ -62,12 +62,12 @@ class ArrowMaster:
 
     def num_partitions(self) -> int:
         """K = ceil(R_t / b), at least 1 so an empty R still has R-cycles."""
-        return max(1, -(-self._table.num_rows // self._b))
+        return max(1, -(-int(self._table.num_rows) // self._b))
 
     def read_partition(self, p: int) -> pa.Table:
         """Slice ``p`` of R."""
         return self._table.slice(p * self._b, self._b)
 
     def repartition(self, partition_rows: int) -> ArrowMaster:
-        """Same table, other b."""
+        """Return the same table with another b."""
         return ArrowMaster(self._table, partition_rows)

@@ -130,7 +130,9 @@ class SemiStreamJoin:
         missing = [c for c in proj if c not in master_schema.names]
         if missing:
             raise InputError(f"master columns {missing} not in master columns {master_schema.names}")
-        self._family = check_compatible(stream_schema.field(spec.stream_key).type, master_schema.field(spec.master_key).type)
+        self._family = check_compatible(
+            stream_schema.field(spec.stream_key).type, master_schema.field(spec.master_key).type
+        )
         self._verify = needs_verification(self._family)
         self.stream_schema = stream_schema
         self._proj = proj
@@ -255,7 +257,9 @@ class SemiStreamJoin:
         self._disk_phase(part, fsm, pairs)
         self._expire(p, unmatched)
         if self._use_cache and fsm == 2 and p == self._k - 1:
-            K.mark_empty_switches(self._tstate, self._kv, self._rc, self._cycle_start[self._rc], self.spec.switch_factor)
+            K.mark_empty_switches(
+                self._tstate, self._kv, self._rc, self._cycle_start[self._rc], self.spec.switch_factor
+            )
         self._p = (p + 1) % self._k
         enriched = self._assemble(pairs)
         um = pa.concat_tables(unmatched) if unmatched else self.stream_schema.empty_table()
@@ -265,7 +269,9 @@ class SemiStreamJoin:
         self._step += 1
         t4 = time.perf_counter()
         self._c.busy_seconds += t4 - t0
-        metrics = self._metrics(p, fsm, w_n, w_s, w_null, part.num_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3)
+        metrics = self._metrics(
+            p, fsm, w_n, w_s, w_null, part.num_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3
+        )
         return StepResult(enriched, um, metrics)
 
     @property
@@ -332,8 +338,17 @@ class SemiStreamJoin:
             buf = self._buffer[0]
             start = buf.pos
             consumed, hit_entry, miss_idx, null_idx, used = K.cache_probe(
-                self._tkeys, self._tstate, self._kv, buf.keys.values, buf.keys.valid, buf.row_bytes,
-                start, budget, used, remaining, self._use_cache,
+                self._tkeys,
+                self._tstate,
+                self._kv,
+                buf.keys.values,
+                buf.keys.valid,
+                buf.row_bytes,
+                start,
+                budget,
+                used,
+                remaining,
+                self._use_cache,
             )
             consumed = int(consumed)
             remaining -= consumed
@@ -343,7 +358,7 @@ class SemiStreamJoin:
                 w_null += len(null_idx)
             n_hits = consumed - len(miss_idx) - len(null_idx)
             if n_hits:
-                ps, pr, empty = K.expand_cache_hits(hit_entry, self._kv, start)
+                ps, pr = K.expand_cache_hits(hit_entry, self._kv, start)
                 ps, pr = self._emit(pairs, buf.table, ps, pr)
                 matched_mask = np.zeros(consumed, dtype=bool)
                 matched_mask[ps - start] = True
@@ -368,7 +383,8 @@ class SemiStreamJoin:
         if miss_tables:
             self._hs_add(
                 pa.concat_tables(miss_tables) if len(miss_tables) > 1 else miss_tables[0],
-                np.concatenate(miss_keys), np.concatenate(miss_bytes),
+                np.concatenate(miss_keys),
+                np.concatenate(miss_bytes),
             )
         return w_n, w_s, w_null
 
@@ -378,8 +394,17 @@ class SemiStreamJoin:
         self._ensure_ring(self._next_slot + n - self._live_lo)
         self._ensure_table(n)
         created = K.hs_insert(
-            self._tkeys, self._tstate, self._kv, self._ring_key, self._ring_next, self._ring_bytes,
-            self._ring_matched, keys, rb, self._next_slot, self._step,
+            self._tkeys,
+            self._tstate,
+            self._kv,
+            self._ring_key,
+            self._ring_next,
+            self._ring_bytes,
+            self._ring_matched,
+            keys,
+            rb,
+            self._next_slot,
+            self._step,
         )
         self._used += int(created)
         self._queue.append(_Chunk(self._next_slot, n, self._p, table, int(rb.sum())))
@@ -401,8 +426,19 @@ class SemiStreamJoin:
         if not self._queue and fsm not in (1, 2):
             return
         pm, psl, sb, _cached = K.disk_probe(
-            self._tkeys, self._tstate, self._kv, self._ring_next, self._ring_matched, self._live_lo,
-            mk.values, mk.valid, mb, fsm if self._use_cache else -1, self._rc, eligible, self.spec.switch_factor,
+            self._tkeys,
+            self._tstate,
+            self._kv,
+            self._ring_next,
+            self._ring_matched,
+            self._live_lo,
+            mk.values,
+            mk.valid,
+            mb,
+            fsm if self._use_cache else -1,
+            self._rc,
+            eligible,
+            self.spec.switch_factor,
             not self._verify,
         )
         if len(sb):
@@ -416,8 +452,14 @@ class SemiStreamJoin:
         while self._queue and self._queue[0].p0 == (p + 1) % self._k:
             ch = self._queue.popleft()
             um, live = K.expire_slots(
-                self._tkeys, self._tstate, self._kv, self._ring_key, self._ring_bytes, self._ring_matched,
-                ch.base, ch.base + ch.n,
+                self._tkeys,
+                self._tstate,
+                self._kv,
+                self._ring_key,
+                self._ring_bytes,
+                self._ring_matched,
+                ch.base,
+                ch.base + ch.n,
             )
             live = int(live)
             self._c.served_disk += live
@@ -430,8 +472,17 @@ class SemiStreamJoin:
         bases = np.array([c.base for c in self._queue], dtype=np.int64)
         p0s = np.array([c.p0 for c in self._queue], dtype=np.int64)
         ps, pr, removed = K.switch_in(
-            self._tstate, self._kv, self._ring_next, self._ring_matched, self._live_lo, self._next_slot,
-            bases, p0s, self._hr_part, self._rc, not self._verify,
+            self._tstate,
+            self._kv,
+            self._ring_next,
+            self._ring_matched,
+            self._live_lo,
+            self._next_slot,
+            bases,
+            p0s,
+            self._hr_part,
+            self._rc,
+            not self._verify,
         )
         mask = len(self._ring_matched) - 1
         if len(ps):
@@ -479,12 +530,16 @@ class SemiStreamJoin:
             self._kv[e, K.HR_BYTES] = csum[starts + counts] - csum[starts]
 
     # ------------------------------------------------------------------ output
-    def _emit(self, pairs: list[tuple[pa.Table, pa.Table]], stream: pa.Table, ps: np.ndarray, pr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _emit(
+        self, pairs: list[tuple[pa.Table, pa.Table]], stream: pa.Table, ps: np.ndarray, pr: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Output pairs (stream row ps[i], H_R row pr[i]); returns the verified pairs."""
         s = stream.take(ps)
         m = self._hr_table.take(pr)
         if self._verify and len(ps):
-            ok = np.asarray(pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool)
+            ok = np.asarray(
+                pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool
+            )
             if not ok.all():
                 s, m, ps, pr = s.filter(ok), m.filter(ok), ps[ok], pr[ok]
         if len(ps):
@@ -498,7 +553,9 @@ class SemiStreamJoin:
         s = self._take_slots(slots)
         m = master.take(mrows)
         if self._verify:
-            ok = np.asarray(pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool)
+            ok = np.asarray(
+                pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool
+            )
             if not ok.all():
                 s, m, slots = s.filter(ok), m.filter(ok), slots[ok]
             self._ring_matched[slots & (len(self._ring_matched) - 1)] = 1
@@ -566,7 +623,7 @@ class SemiStreamJoin:
 
     # ------------------------------------------------------------------ introspection
     def cached_values(self) -> np.ndarray:
-        """Encoded join values served by H_R (the values themselves for integer keys)."""
+        """Return the encoded join values served by H_R (the values themselves for integer keys)."""
         used = (self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)
         return np.sort(self._tkeys[used])
 
@@ -622,15 +679,34 @@ class SemiStreamJoin:
         files.append(state_name)
         manifest: dict[str, Any] = {
             "version": 1,
-            "spec": {"stream_key": self.spec.stream_key, "master_key": self.spec.master_key,
-                     "master_columns": self._proj, "algorithm": self.spec.algorithm},
-            "step": self._step, "rc": self._rc, "p": self._p, "k": self._k,
+            "spec": {
+                "stream_key": self.spec.stream_key,
+                "master_key": self.spec.master_key,
+                "master_columns": self._proj,
+                "algorithm": self.spec.algorithm,
+            },
+            "step": self._step,
+            "rc": self._rc,
+            "p": self._p,
+            "k": self._k,
             "cycle_start": {str(k): v for k, v in self._cycle_start.items()},
-            "live_lo": self._live_lo, "next_slot": self._next_slot, "ring_cap": len(self._ring_key),
-            "table_cap": len(self._tkeys), "chunks": chunks, "hr": hr_name, "hr_version": self._hr_version,
-            "sb": sb, "sb_seq": self._sb_seq, "buffer": buf_name, "state": state_name,
-            "chunk_bytes": self._chunk_bytes, "disk_buffer_bytes": self._disk_buffer_bytes,
-            "vs_avg": self._vs_avg, "vr_avg": self._vr_avg, "counters": asdict(self._c), "files": files,
+            "live_lo": self._live_lo,
+            "next_slot": self._next_slot,
+            "ring_cap": len(self._ring_key),
+            "table_cap": len(self._tkeys),
+            "chunks": chunks,
+            "hr": hr_name,
+            "hr_version": self._hr_version,
+            "sb": sb,
+            "sb_seq": self._sb_seq,
+            "buffer": buf_name,
+            "state": state_name,
+            "chunk_bytes": self._chunk_bytes,
+            "disk_buffer_bytes": self._disk_buffer_bytes,
+            "vs_avg": self._vs_avg,
+            "vr_avg": self._vr_avg,
+            "counters": asdict(self._c),
+            "files": files,
         }
         store.write_manifest(checkpoint_id, manifest)
 
@@ -645,12 +721,16 @@ class SemiStreamJoin:
         checkpoint_id: int | None = None,
         cost_model: CostModel | None = None,
     ) -> SemiStreamJoin:
-        """An operator in exactly the state saved by :meth:`checkpoint`."""
+        """Return an operator in exactly the state saved by :meth:`checkpoint`."""
         op = cls(spec, master, stream_schema, master_schema, cost_model)
         _, m = store.read_manifest(checkpoint_id)
         saved = m["spec"]
-        mine = {"stream_key": spec.stream_key, "master_key": spec.master_key,
-                "master_columns": op._proj, "algorithm": spec.algorithm}
+        mine = {
+            "stream_key": spec.stream_key,
+            "master_key": spec.master_key,
+            "master_columns": op._proj,
+            "algorithm": spec.algorithm,
+        }
         if saved != mine:
             raise CheckpointError(f"checkpoint was taken for {saved}, not {mine}")
         op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
@@ -682,9 +762,14 @@ class SemiStreamJoin:
         for name in m["sb"]:
             t = store.read_table(name)
             sid = int(name.split("-")[1].split(".")[0])
-            op._sb.append((t.drop_columns(["__ssbj_key", "__ssbj_part"]),
-                           t.column("__ssbj_key").to_numpy().astype(np.int64),
-                           t.column("__ssbj_part").to_numpy().astype(np.int64), sid))
+            op._sb.append(
+                (
+                    t.drop_columns(["__ssbj_key", "__ssbj_part"]),
+                    t.column("__ssbj_key").to_numpy().astype(np.int64),
+                    t.column("__ssbj_part").to_numpy().astype(np.int64),
+                    sid,
+                )
+            )
         arrays = store.read_arrays(m["state"])
         live = np.arange(op._live_lo, op._next_slot, dtype=np.int64) & mask
         op._ring_matched[live] = np.unpackbits(arrays["matched"], count=len(live))
@@ -693,8 +778,15 @@ class SemiStreamJoin:
         full_keys = np.zeros(len(tk), dtype=np.int64)
         full_keys[:] = tk
         state = np.full(len(tk), K.USED, dtype=np.int8)
-        op._tkeys, op._tstate, op._kv = K.rehash(full_keys, state, kvs.astype(np.int64), cap) if len(tk) else (
-            np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int8), np.zeros((cap, K.NFIELDS), dtype=np.int64))
+        op._tkeys, op._tstate, op._kv = (
+            K.rehash(full_keys, state, kvs.astype(np.int64), cap)
+            if len(tk)
+            else (
+                np.zeros(cap, dtype=np.int64),
+                np.zeros(cap, dtype=np.int8),
+                np.zeros((cap, K.NFIELDS), dtype=np.int64),
+            )
+        )
         op._used, op._tombs = len(tk), 0
         buf = store.read_table(m["buffer"])
         if buf.num_rows:
@@ -724,8 +816,18 @@ class SemiStreamJoin:
         )
 
     def _metrics(
-        self, p: int, fsm: int, w_n: int, w_s: int, w_null: int, b: int, n_out: int,
-        c_loop: float, io_s: float, cache_s: float, disk_s: float,
+        self,
+        p: int,
+        fsm: int,
+        w_n: int,
+        w_s: int,
+        w_null: int,
+        b: int,
+        n_out: int,
+        c_loop: float,
+        io_s: float,
+        cache_s: float,
+        disk_s: float,
     ) -> StepMetrics:
         cached = (self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)
         predicted = self.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out))

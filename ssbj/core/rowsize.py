@@ -15,13 +15,23 @@ def _column_bytes(col: pa.ChunkedArray, n: int) -> np.ndarray | int:
     if pa.types.is_boolean(t):
         return 1
     if pa.types.is_string(t) or pa.types.is_binary(t):
-        return 4 + np.asarray(pc.fill_null(pc.binary_length(col), 0).to_numpy(), dtype=np.int64)
-    if pa.types.is_large_string(t) or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
-        return 8 + np.asarray(pc.fill_null(pc.binary_length(col), 0).to_numpy(), dtype=np.int64)
+        return 4 + _lengths(col)
+    if (
+        pa.types.is_large_string(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_binary_view(t)
+    ):
+        return 8 + _lengths(col)
     try:
-        return max(1, t.bit_width // 8)
+        return max(1, int(t.bit_width) // 8)
     except ValueError:
         return int(col.nbytes // max(n, 1)) + 1
+
+
+def _lengths(col: pa.ChunkedArray) -> np.ndarray:
+    out: np.ndarray = np.asarray(pc.fill_null(pc.binary_length(col), 0).to_numpy(), dtype=np.int64)
+    return out
 
 
 def row_nbytes(table: pa.Table) -> np.ndarray:
