@@ -1,0 +1,697 @@
+"""Command line: ``ssbj join`` (files in, Parquet out), ``ssbj demo`` and ``ssbj bench``.
+
+``ssbj join`` replays a stream file (Parquet or CSV) through the operator as if it were
+arriving, batch by batch, with a master file as R, and streams the enriched rows to a
+Parquet file.  Sizes given to ``--memory`` use SI units as decimal powers of 1000
+(``kB``, ``MB``, ``GB``, ``TB``; ``k``, ``M``, ``G``, ``T`` alone mean the same) and IEC units
+as binary powers of 1024 (``KiB``, ``MiB``, ``GiB``, ``TiB``); units are case-insensitive
+and a bare number is bytes, so ``64MB`` is 64,000,000 bytes and ``64MiB`` 67,108,864.
+
+Every error the user can fix (a missing file, a missing or mistyped key column, a bad
+option value) is reported as one line ``ssbj: error: ...`` on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ssbj.core import (
+    ArrowMaster,
+    CostConstants,
+    CostModel,
+    JoinSpec,
+    MemoryPlan,
+    SemiStreamJoin,
+    StepMetrics,
+    plan_memory,
+)
+from ssbj.core.keys import check_compatible, key_family
+from ssbj.core.rowsize import row_nbytes
+from ssbj.errors import ConfigError, InputError, SSBJError
+
+PROG = "ssbj"
+DEFAULT_MEMORY = "64MB"
+DEFAULT_BATCH_ROWS = 100_000
+_CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
+_SAMPLE_ROWS = 65_536  # rows used to estimate v_S and v_R
+_ROW_GROUP_ROWS = 1 << 17  # enriched rows buffered before a Parquet row group is written
+_FALLBACK_ROW_BYTES = 64.0  # v_S / v_R when a file has no rows to measure
+
+_DECIMAL = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+class _UsageError(Exception):
+    """A command-line syntax error found by argparse."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argparse with one-line errors that ``main`` reports instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise instead of printing the usage and exiting."""
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# ---------------------------------------------------------------------- small helpers
+def parse_size(text: str) -> int:
+    """Bytes in a size such as ``64MB``, ``1.5GiB``, ``500kB`` or ``1048576``.
+
+    SI prefixes (k, M, G, T, optionally followed by B) are powers of 1000, IEC prefixes
+    (Ki, Mi, Gi, Ti, optionally followed by B) powers of 1024; case is ignored.
+    """
+    m = _SIZE_RE.match(text)
+    if m is None:
+        raise ConfigError(
+            f"bad --memory value {text!r}: expected a size such as 64MB, 1.5GiB, 500kB or 1048576"
+        )
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if unit != "b" and unit.endswith("b"):
+        unit = unit[:-1]
+    mult = _DECIMAL.get(unit) or _BINARY.get(unit)
+    if mult is None:
+        raise ConfigError(
+            f"bad --memory value {text!r}: unknown unit {m.group(2)!r} "
+            "(use B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024))"
+        )
+    size = math.floor(number * mult)
+    if size < 1:
+        raise ConfigError(f"bad --memory value {text!r}: must be at least 1 byte")
+    return size
+
+
+def _fmt_bytes(n: float) -> str:
+    """Format a byte count in decimal units, e.g. ``8.0 MB``."""
+    for unit, mult in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= mult:
+            return f"{n / mult:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _one_line(exc: BaseException) -> str:
+    """Return the message of an exception on one line."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _parse_columns(text: str) -> list[str]:
+    """Column names of ``--master-columns``: comma-separated, non-empty, no duplicates."""
+    names = [c.strip() for c in text.split(",")]
+    if not text.strip() or any(not c for c in names):
+        raise ConfigError(
+            f"bad --master-columns {text!r}: expected comma-separated column names such as c1,c2"
+        )
+    dupes = sorted({c for c in names if names.count(c) > 1})
+    if dupes:
+        raise ConfigError(f"bad --master-columns {text!r}: column(s) {', '.join(dupes)} repeated")
+    return names
+
+
+# ---------------------------------------------------------------------- input files
+def _file_format(path: Path, role: str) -> str:
+    """``parquet`` or ``csv`` by extension; checks that the file exists and is readable."""
+    if not path.exists():
+        raise InputError(f"{role} file not found: {path}")
+    if not path.is_file():
+        raise InputError(f"{role} file {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{role} file {path} is not readable (permission denied)")
+    name = path.name.lower()
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    if name.endswith((".csv", ".csv.gz")):
+        return "csv"
+    raise InputError(
+        f"{role} file {path} has an unsupported file type (expected .parquet, .pq, .csv or .csv.gz)"
+    )
+
+
+def _read_error(role: str, path: Path, fmt: str, exc: BaseException) -> InputError:
+    """InputError for a file that exists but cannot be read in its format."""
+    kind = "Parquet" if fmt == "parquet" else "CSV"
+    return InputError(f"cannot read {role} file {path} as {kind}: {_one_line(exc)}")
+
+
+def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Regroup record batches into tables of exactly ``rows`` rows (the last may be shorter)."""
+    pending: list[pa.RecordBatch] = []
+    n = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        n += batch.num_rows
+        while n >= rows:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, rows)
+            rest = table.slice(rows)
+            pending, n = rest.to_batches(), rest.num_rows
+    if n:
+        yield pa.Table.from_batches(pending)
+
+
+def _guarded(
+    batches: Iterable[pa.RecordBatch], role: str, path: Path, fmt: str
+) -> Iterator[pa.RecordBatch]:
+    """Re-raise read errors that happen mid-file as InputError."""
+    try:
+        yield from batches
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _read_error(role, path, fmt, exc) from exc
+
+
+def _open_stream(path: Path, fmt: str, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """Return the stream schema and an iterator of ``batch_rows``-row tables over the file."""
+    try:
+        if fmt == "parquet":
+            pf = pq.ParquetFile(path)
+            schema = pf.schema_arrow
+            raw: Iterable[pa.RecordBatch] = pf.iter_batches(batch_size=batch_rows)
+        else:
+            reader = pacsv.open_csv(
+                path, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES)
+            )
+            schema = reader.schema
+            raw = reader
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _read_error("stream", path, fmt, exc) from exc
+    return schema, _rebatch(_guarded(raw, "stream", path, fmt), batch_rows)
+
+
+def _master_schema(path: Path, fmt: str) -> tuple[pa.Schema, pa.Table | None]:
+    """Return the master schema; a CSV master is read whole here (its types need all rows)."""
+    try:
+        if fmt == "parquet":
+            return pq.read_schema(path), None
+        table = pacsv.read_csv(path)
+        return table.schema, table
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _read_error("master", path, fmt, exc) from exc
+
+
+def _read_master(path: Path, fmt: str, columns: list[str], table: pa.Table | None) -> pa.Table:
+    """Return the master table restricted to ``columns``."""
+    try:
+        if table is None:
+            table = pq.read_table(path, columns=columns)
+        return table.select(columns)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _read_error("master", path, fmt, exc) from exc
+
+
+def _check_key(schema: pa.Schema, key: str, role: str, path: Path) -> None:
+    """InputError naming the key and listing the columns if ``key`` is not in ``schema``."""
+    if key not in schema.names:
+        raise InputError(
+            f"{role} key column {key!r} not found in {role} file {path}; "
+            f"available columns: {', '.join(schema.names) or '(none)'}"
+        )
+
+
+def _check_key_types(
+    stream_schema: pa.Schema, skey: str, master_schema: pa.Schema, mkey: str
+) -> None:
+    """InputError stating both types if the key columns cannot be joined."""
+    st, mt = stream_schema.field(skey).type, master_schema.field(mkey).type
+    try:
+        check_compatible(st, mt)
+    except InputError as exc:
+        try:
+            reason = f"{key_family(st)} and {key_family(mt)} keys cannot be compared"
+        except InputError:
+            reason = str(exc)
+        raise InputError(
+            f"cannot join stream key {skey!r} of type {st} with master key {mkey!r} of type {mt}: "
+            f"{reason}"
+        ) from exc
+
+
+def _mean_row_bytes(table: pa.Table) -> float:
+    """Mean Arrow bytes per row over an evenly spaced sample of ``table``."""
+    n = table.num_rows
+    if n == 0 or table.num_columns == 0:
+        return _FALLBACK_ROW_BYTES
+    if n > _SAMPLE_ROWS:
+        table = table.take(np.linspace(0, n - 1, _SAMPLE_ROWS).astype(np.int64))
+    return float(row_nbytes(table).mean())
+
+
+# ---------------------------------------------------------------------- run bookkeeping
+@dataclass
+class _RunStats:
+    """Per-step observations: c_loop predicted vs measured, memory peaks, R-cycle samples."""
+
+    keep_cycles: bool = False
+    measured: list[float] = field(default_factory=list)
+    predicted: list[float] = field(default_factory=list)
+    peak: dict[str, int] = field(default_factory=dict)
+    cycles: dict[int, StepMetrics] = field(default_factory=dict)
+
+    def observe(self, m: StepMetrics) -> None:
+        """Record one step."""
+        self.measured.append(m.c_loop_measured)
+        self.predicted.append(m.c_loop_predicted)
+        for name, value in m.memory.to_dict().items():
+            if value > self.peak.get(name, -1):
+                self.peak[name] = value
+        if self.keep_cycles:
+            self.cycles[m.r_cycle] = m  # the last step of each R-cycle wins
+
+    def c_loop_summary(self) -> dict[str, Any]:
+        """Predicted (Eq. 2) vs measured seconds per step."""
+        ratios = [m / p for m, p in zip(self.measured, self.predicted, strict=True) if p > 0]
+        out: dict[str, Any] = {"steps": len(self.measured)}
+        if self.measured:
+            out["measured_mean_seconds"] = statistics.fmean(self.measured)
+            out["predicted_mean_seconds"] = statistics.fmean(self.predicted)
+        if ratios:
+            out["ratio_measured_over_predicted"] = {
+                "mean": statistics.fmean(ratios),
+                "median": statistics.median(ratios),
+                "min": min(ratios),
+                "max": max(ratios),
+            }
+        return out
+
+
+def _plan_dict(plan: MemoryPlan, budget: int, v_s: float, v_r: float) -> dict[str, Any]:
+    """Return the memory plan as a JSON-ready dict."""
+    return {
+        "budget_bytes": budget,
+        "b": plan.partition_rows,
+        "k": plan.partitions,
+        "chunk_bytes": plan.chunk_bytes,
+        "w_s": plan.w_s,
+        "v_s_estimated": v_s,
+        "v_r_estimated": v_r,
+        "predicted_c_loop_seconds": plan.predicted_c_loop,
+        "predicted_service_rate": plan.predicted_service_rate,
+    }
+
+
+def _json_safe(obj: Any) -> Any:
+    """Replace non-finite floats (not valid JSON) with None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _load_model(path: str | None) -> CostModel:
+    """Cost model with the default constants or a calibration file."""
+    return CostModel(CostConstants.load(path) if path else None)
+
+
+# ---------------------------------------------------------------------- ssbj join
+def _cmd_join(args: argparse.Namespace) -> int:
+    """``ssbj join``: enrich a stream file with a master file, write Parquet."""
+    t_start = time.perf_counter()
+    budget = parse_size(args.memory)
+    if args.batch_rows < 1:
+        raise ConfigError(f"--batch-rows must be >= 1, got {args.batch_rows}")
+    wanted = _parse_columns(args.master_columns) if args.master_columns is not None else None
+    stream_path, master_path, out_path = Path(args.stream), Path(args.master), Path(args.out)
+    s_fmt = _file_format(stream_path, "stream")
+    m_fmt = _file_format(master_path, "master")
+    _check_output(out_path, [stream_path, master_path])
+    model = _load_model(args.calibration)
+
+    stream_schema, batches = _open_stream(stream_path, s_fmt, args.batch_rows)
+    master_schema, master_csv = _master_schema(master_path, m_fmt)
+    _check_key(stream_schema, args.stream_key, "stream", stream_path)
+    _check_key(master_schema, args.master_key, "master", master_path)
+    if wanted is not None:
+        missing = [c for c in wanted if c not in master_schema.names]
+        if missing:
+            raise ConfigError(
+                f"bad --master-columns: {', '.join(repr(c) for c in missing)} not in master file "
+                f"{master_path}; available columns: {', '.join(master_schema.names)}"
+            )
+    _check_key_types(stream_schema, args.stream_key, master_schema, args.master_key)
+    proj = wanted if wanted is not None else list(master_schema.names)
+    needed = [args.master_key] + [c for c in proj if c != args.master_key]
+    master = _read_master(master_path, m_fmt, needed, master_csv)
+    del master_csv
+
+    first = next(batches, None)
+    v_s = (
+        _mean_row_bytes(first.slice(0, _SAMPLE_ROWS)) if first is not None else _FALLBACK_ROW_BYTES
+    )
+    v_r = _mean_row_bytes(master.select(proj))
+    plan = plan_memory(budget, master.num_rows, v_s, v_r, model)
+    spec = JoinSpec(
+        stream_key=args.stream_key,
+        master_key=args.master_key,
+        master_columns=tuple(proj),
+        algorithm=args.algorithm,
+        chunk_bytes=max(1, plan.chunk_bytes),
+        memory_budget=budget,
+        switch_factor=args.switch_factor,
+    )
+    op = SemiStreamJoin(
+        spec,
+        ArrowMaster(master, plan.partition_rows),
+        stream_schema,
+        master.schema,
+        cost_model=model,
+    )
+    stats = _RunStats()
+    feed: Iterator[pa.Table] = chain([first], batches) if first is not None else iter(())
+    rows_written = _write_output(op, feed, out_path, stats)
+    wall = time.perf_counter() - t_start
+    totals = op.totals()
+
+    if args.stats:
+        report = {
+            "command": "join",
+            "algorithm": args.algorithm,
+            "stream": str(stream_path),
+            "master": str(master_path),
+            "output": str(out_path),
+            "rows_written": rows_written,
+            "wall_seconds": wall,
+            "totals": totals,
+            "memory_plan": _plan_dict(plan, budget, v_s, v_r),
+            "memory": {"budget_bytes": budget, "end": op.memory().to_dict(), "peak": stats.peak},
+            "c_loop": stats.c_loop_summary(),
+        }
+        print(json.dumps(_json_safe(report), indent=2, allow_nan=False))
+    else:
+        print(
+            f"{PROG} join ({args.algorithm}): {totals['tuples_in']:,} stream rows -> "
+            f"{rows_written:,} enriched rows in {out_path} "
+            f"({totals['matched_source_rows']:,} matched, {totals['unmatched_source_rows']:,} "
+            f"unmatched); {wall:.2f} s, service rate {totals['service_rate']:,.0f} tuples/s, "
+            f"cache share {totals['cache_share']:.1%}, memory {_fmt_bytes(budget)} "
+            f"(b={plan.partition_rows:,}, k={plan.partitions})"
+        )
+    return 0
+
+
+def _check_output(out: Path, inputs: Sequence[Path]) -> None:
+    """Check that the output goes to an existing directory and overwrites no input."""
+    parent = out.parent if str(out.parent) else Path()
+    if not parent.is_dir():
+        raise ConfigError(f"output directory {parent} does not exist")
+    if out.is_dir():
+        raise ConfigError(f"output {out} is a directory")
+    for p in inputs:
+        if out.resolve() == p.resolve():
+            raise ConfigError(f"output {out} would overwrite input file {p}")
+
+
+def _write_output(op: SemiStreamJoin, feed: Iterator[pa.Table], out: Path, stats: _RunStats) -> int:
+    """Run the operator over ``feed``, streaming enriched rows to ``out``; rows written."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    rows = 0
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    try:
+        try:
+            writer = pq.ParquetWriter(tmp, op.output_schema)
+        except (pa.ArrowException, OSError) as exc:
+            raise ConfigError(f"cannot write output {out}: {_one_line(exc)}") from exc
+        with writer:
+            for result in op.run(feed):
+                stats.observe(result.metrics)
+                n = result.enriched.num_rows
+                if n:
+                    pending.append(result.enriched)
+                    pending_rows += n
+                if pending_rows >= _ROW_GROUP_ROWS:
+                    writer.write_table(pa.concat_tables(pending))
+                    rows += pending_rows
+                    pending, pending_rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
+                rows += pending_rows
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise ConfigError(f"cannot write output {out}: {_one_line(exc)}") from exc
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return rows
+
+
+# ---------------------------------------------------------------------- ssbj demo
+@dataclass
+class _DemoRun:
+    """Outcome of one algorithm in the demo."""
+
+    algorithm: str
+    enriched: int
+    unmatched: int
+    seconds: float
+    totals: dict[str, float | int]
+    stats: _RunStats
+
+
+def _demo_run(
+    algorithm: str,
+    stream: pa.Table,
+    master: pa.Table,
+    plan: MemoryPlan,
+    budget: int,
+    batch_rows: int,
+) -> _DemoRun:
+    """One algorithm over the demo data, counting (not keeping) the output."""
+    spec = JoinSpec(
+        stream_key="sk",
+        master_key="mk",
+        algorithm="ssbj" if algorithm == "ssbj" else "meshjoin",
+        chunk_bytes=max(1, plan.chunk_bytes),
+        memory_budget=budget,
+    )
+    op = SemiStreamJoin(
+        spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema
+    )
+    stats = _RunStats(keep_cycles=True)
+    enriched = unmatched = 0
+    t0 = time.perf_counter()
+    for result in op.run(stream.to_batches(max_chunksize=batch_rows)):
+        stats.observe(result.metrics)
+        enriched += result.enriched.num_rows
+        unmatched += result.unmatched.num_rows
+    return _DemoRun(algorithm, enriched, unmatched, time.perf_counter() - t0, op.totals(), stats)
+
+
+def _cycle_line(m: StepMetrics) -> str:
+    """One line per R-cycle: FSM state, cache size, H_S size."""
+    return (
+        f"  R-cycle {m.r_cycle:>4}  {m.fsm_state:<12}  cache {m.cache_values:>8,} values "
+        f"{m.cache_rows:>8,} rows {_fmt_bytes(m.cache_bytes):>9}   H_S {m.hs_tuples:>9,} tuples  "
+        f"w {m.chunk_bytes:>10,} B/step"
+    )
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """``ssbj demo``: SSBJ vs MESHJOIN on generated skewed data, same memory budget."""
+    if args.rows < 1 or args.master_rows < 1:
+        raise ConfigError("--rows and --master-rows must be >= 1")
+    if args.skew < 0:
+        raise ConfigError(f"--skew must be >= 0, got {args.skew}")
+    if args.batch_rows < 1:
+        raise ConfigError(f"--batch-rows must be >= 1, got {args.batch_rows}")
+    budget = parse_size(args.memory)
+    try:
+        generate_synthetic = importlib.import_module("ssbj.bench.datagen").generate_synthetic
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"the demo needs ssbj.bench.datagen: {_one_line(exc)}") from exc
+
+    t0 = time.perf_counter()
+    stream, master = generate_synthetic(args.master_rows, args.rows, args.skew, seed=args.seed)
+    gen_s = time.perf_counter() - t0
+    v_s = _mean_row_bytes(stream)
+    v_r = _mean_row_bytes(master)
+    plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel())
+    print(
+        f"{PROG} demo: R = {master.num_rows:,} master rows, {stream.num_rows:,} stream rows, "
+        f"skew {args.skew:g}, generated in {gen_s:.1f} s"
+    )
+    print(
+        f"memory budget {_fmt_bytes(budget)}: b = {plan.partition_rows:,} master rows per "
+        f"partition, k = {plan.partitions}, chunk {plan.chunk_bytes:,} B "
+        f"(v_S = {v_s:.0f} B, v_R = {v_r:.0f} B)"
+    )
+    algorithms = ["ssbj", "meshjoin"] if args.algorithm == "both" else [args.algorithm]
+    runs = [_demo_run(a, stream, master, plan, budget, args.batch_rows) for a in algorithms]
+    print()
+    for r in runs:
+        t = r.totals
+        print(
+            f"{r.algorithm:<9} enriched {r.enriched:>12,}  unmatched {r.unmatched:>10,}  "
+            f"cache share {t['cache_share']:>6.1%}  service rate {t['service_rate']:>12,.0f} "
+            f"tuples/s  ({r.seconds:.1f} s, {t['steps']:,} steps, {t['r_cycles']:,} R-cycles, "
+            f"peak memory {_fmt_bytes(r.stats.peak.get('total', 0))})"
+        )
+    rc = 0
+    if len(runs) == 2:
+        ssbj_run, mesh_run = runs
+        mu_mesh = float(mesh_run.totals["service_rate"])
+        ratio = float(ssbj_run.totals["service_rate"]) / mu_mesh if mu_mesh > 0 else math.inf
+        print(f"service rate SSBJ / MESHJOIN: {ratio:.2f}x")
+        if ssbj_run.enriched == mesh_run.enriched:
+            print(f"check: both algorithms produced {ssbj_run.enriched:,} enriched rows")
+        else:
+            print(
+                f"{PROG}: error: enriched row counts differ: ssbj {ssbj_run.enriched:,}, "
+                f"meshjoin {mesh_run.enriched:,}",
+                file=sys.stderr,
+            )
+            rc = 1
+    for r in runs:
+        cycles = sorted(r.stats.cycles)
+        shown = cycles[: args.cycles] + ([cycles[-1]] if len(cycles) > args.cycles else [])
+        print(f"\nper R-cycle ({r.algorithm}, last step of each; {len(cycles)} R-cycles):")
+        for i, c in enumerate(shown):
+            if i == args.cycles and len(cycles) > args.cycles + 1:
+                print("  ...")
+            print(_cycle_line(r.stats.cycles[c]))
+    return rc
+
+
+# ---------------------------------------------------------------------- ssbj bench
+def _cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
+    """``ssbj bench``: delegate to :mod:`ssbj.bench.cli` (imported only here)."""
+    try:
+        bench_cli = importlib.import_module("ssbj.bench.cli")
+    except ImportError as exc:
+        raise ConfigError(
+            "the bench command needs the benchmark extras (pip install 'ssbj[bench]'): "
+            f"{_one_line(exc)}"
+        ) from exc
+    parser = _Parser(prog=f"{PROG} bench", description="Run the SSBJ / MESHJOIN benchmarks.")
+    bench_cli.add_arguments(parser)
+    bench_args = parser.parse_args(extra)
+    rc = bench_cli.run(bench_args)
+    return rc if isinstance(rc, int) else 0
+
+
+# ---------------------------------------------------------------------- parser / main
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``ssbj`` argument parser."""
+    parser = _Parser(
+        prog=PROG,
+        description="Semi-stream enrichment with SSBJ (Semi-Stream Balanced Join) and MESHJOIN.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    join = sub.add_parser(
+        "join",
+        help="enrich a stream file with a master file, write Parquet",
+        description=(
+            "Replay STREAM batch by batch through the operator with MASTER as R and write "
+            "the enriched rows (all stream columns, then the master columns) to OUT."
+        ),
+    )
+    join.add_argument("--stream", required=True, help="stream file (.parquet, .pq, .csv, .csv.gz)")
+    join.add_argument("--master", required=True, help="master file (.parquet, .pq, .csv, .csv.gz)")
+    join.add_argument("--stream-key", required=True, help="join key column of the stream")
+    join.add_argument("--master-key", required=True, help="join key column of the master data")
+    join.add_argument("--out", required=True, help="output Parquet file")
+    join.add_argument("--algorithm", choices=("ssbj", "meshjoin"), default="ssbj")
+    join.add_argument(
+        "--memory",
+        default=DEFAULT_MEMORY,
+        help=(
+            f"memory budget (default {DEFAULT_MEMORY}); kB/MB/GB/TB are powers of 1000, "
+            "KiB/MiB/GiB/TiB powers of 1024, a bare number is bytes"
+        ),
+    )
+    join.add_argument(
+        "--master-columns", help="comma-separated master columns to add (default: all)"
+    )
+    join.add_argument("--stats", action="store_true", help="print a JSON report to stdout")
+    join.add_argument(
+        "--batch-rows",
+        type=int,
+        default=DEFAULT_BATCH_ROWS,
+        help=f"stream rows per arriving batch (default {DEFAULT_BATCH_ROWS:,})",
+    )
+    join.add_argument(
+        "--switch-factor", type=float, default=1.0, help="cache switch factor s_f (default 1.0)"
+    )
+    join.add_argument("--calibration", help="cost-model constants (JSON from CostConstants.save)")
+    join.set_defaults(handler=lambda a, _extra: _cmd_join(a))
+
+    demo = sub.add_parser(
+        "demo",
+        help="SSBJ vs MESHJOIN on generated data",
+        description="Generate a skewed stream and master data in memory and run both algorithms.",
+    )
+    demo.add_argument("--rows", type=int, default=2_000_000, help="stream rows (default 2,000,000)")
+    demo.add_argument(
+        "--master-rows", type=int, default=200_000, help="master rows R_t (default 200,000)"
+    )
+    demo.add_argument("--skew", type=float, default=1.0, help="Zipf skew of the stream keys")
+    demo.add_argument("--algorithm", choices=("both", "ssbj", "meshjoin"), default="both")
+    demo.add_argument("--memory", default="8MB", help="memory budget of each run (default 8MB)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
+    demo.add_argument(
+        "--cycles", type=int, default=6, help="R-cycles to print per algorithm (default 6)"
+    )
+    demo.set_defaults(handler=lambda a, _extra: _cmd_demo(a))
+
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks (needs the bench extras); 'ssbj bench --help' for options",
+        add_help=False,
+    )
+    bench.set_defaults(handler=_cmd_bench, accepts_extra=True)
+    return parser
+
+
+def _error(message: str) -> int:
+    """Print ``ssbj: error: message`` on one line to stderr; the exit code 2."""
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ssbj`` command; returns the exit code."""
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "accepts_extra", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        handler: Callable[[argparse.Namespace, list[str]], int] = args.handler
+        return handler(args, extra)
+    except _UsageError as exc:
+        return _error(str(exc))
+    except SSBJError as exc:
+        return _error(str(exc))
+    except SystemExit as exc:  # --help, or a delegated command exiting
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        return _error(str(exc.code))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
