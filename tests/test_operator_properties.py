@@ -35,6 +35,7 @@ def scenario(draw: Any) -> dict[str, Any]:
         "eviction_interval": draw(st.sampled_from([1, 2, 10])),
         "strings": draw(st.booleans()),
         "cut": draw(st.integers(0, 400)),
+        "memory_budget": draw(st.one_of(st.none(), st.integers(1, 200_000))),
     }
 
 
@@ -57,6 +58,7 @@ def _spec(sc: dict[str, Any]) -> JoinSpec:
         chunk_bytes=sc["chunk_bytes"],
         switch_factor=sc["switch_factor"],
         eviction_interval=sc["eviction_interval"],
+        memory_budget=sc["memory_budget"],
     )
 
 

@@ -134,7 +134,7 @@ def plan_memory(
     v_s: float,
     v_r: float,
     model: CostModel,
-    v_p: float = 25.0 + 137.0,
+    v_p: float = 350.0,
     f: float = 1.0,
     cache_share: float = 0.0,
 ) -> MemoryPlan:

@@ -43,7 +43,8 @@ HR_START = 12  # first row of the value in H_R
 HR_LEN = 13  # number of master rows of the value in H_R (0: empty entry)
 HR_BYTES = 14  # bytes of those rows
 REMOVED_UPTO = 15  # slots <= this are not in H_S for this value
-NFIELDS = 16
+LAST_SEEN = 16  # step of the value's latest H_S insert (garbage collection)
+NFIELDS = 17
 
 
 @njit(cache=True, inline="always")
@@ -253,6 +254,7 @@ def hs_insert(
         kv[e, HS_HEAD] = s
         kv[e, HS_COUNT] += 1
         kv[e, HS_BYTES] += row_bytes[i]
+        kv[e, LAST_SEEN] = now_step
     return created
 
 
@@ -272,31 +274,26 @@ def disk_probe(
     eligible_before: int,
     switch_factor: float,
     mark_matched: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """Disk phase: probe H_S with the disk buffer, with the paper's instrumentation.
 
     ``fsm``: 1 incrementing (count s_count), 2 switching (evaluate the cache inequality,
     collect s_B), anything else: plain MESHJOIN probe.  The switching decision for a
     join value is taken once, at its first master row of the R-cycle, so s_B always
-    receives *all* rows of a value.  Returns (pair_master_row, pair_slot, sb_rows,
-    cached_rows); cached_rows are rows of values served by H_R.
+    receives *all* rows of a value.  Returns (pair_master_row, pair_slot, sb_rows).
     """
     mask = ring_next.shape[0] - 1
     n = mkeys.shape[0]
-    ent = np.full(n, -1, dtype=np.int64)
+    ent = np.empty(n, dtype=np.int64)
     total = 0
     nsb = 0
-    ncached = 0
     for i in range(n):
+        ent[i] = -1
         if not mvalid[i]:
             continue
         e = _find(tkeys, tstate, mkeys[i])
-        if e < 0:
+        if e < 0 or kv[e, CACHED] == 1:
             continue
-        if kv[e, CACHED] == 1:
-            ncached += 1
-            continue
-        ent[i] = e
         if fsm == 1:
             kv[e, S_ROWS] += 1
             kv[e, S_BYTES] += mbytes[i]
@@ -308,22 +305,17 @@ def disk_probe(
                     kv[e, SWITCHING] = 1
             if kv[e, SWITCHING] == 1:
                 nsb += 1
-        total += kv[e, HS_COUNT]
+        if kv[e, HS_COUNT] > 0 or (fsm == 2 and kv[e, SWITCHING] == 1):
+            ent[i] = e
+            total += kv[e, HS_COUNT]
     pm = np.empty(total, dtype=np.int64)
     psl = np.empty(total, dtype=np.int64)
     sb = np.empty(nsb, dtype=np.int64)
-    cached = np.empty(ncached, dtype=np.int64)
     k = 0
     q = 0
-    c = 0
     for i in range(n):
         e = ent[i]
         if e < 0:
-            if mvalid[i] and ncached > 0:
-                e2 = _find(tkeys, tstate, mkeys[i])
-                if e2 >= 0 and kv[e2, CACHED] == 1:
-                    cached[c] = i
-                    c += 1
             continue
         if fsm == 2 and kv[e, SWITCHING] == 1:
             sb[q] = i
@@ -337,7 +329,7 @@ def disk_probe(
                 ring_matched[s & mask] = 1
             k += 1
             s = ring_next[s & mask]
-    return pm[:k], psl[:k], sb, cached
+    return pm[:k], psl[:k], sb
 
 
 @njit(cache=True)
@@ -487,11 +479,21 @@ def evict(tstate: np.ndarray, kv: np.ndarray, rc: int, now_step: int, switch_fac
 
 
 @njit(cache=True)
-def collect_garbage(tstate: np.ndarray, kv: np.ndarray) -> int:  # pragma: no cover
-    """Drop entries that hold no H_S tuple and are neither cached nor switching."""
+def collect_garbage(tstate: np.ndarray, kv: np.ndarray, idle_before: int) -> int:  # pragma: no cover
+    """Drop entries with no H_S tuple since step ``idle_before``, neither cached nor switching.
+
+    Values seen in the previous R-cycle keep their entry, so their counts stay complete
+    for the next switching decision even when k is small.
+    """
     n = 0
     for e in range(tstate.shape[0]):
-        if tstate[e] == USED and kv[e, HS_COUNT] == 0 and kv[e, CACHED] == 0 and kv[e, SWITCHING] == 0:
+        if (
+            tstate[e] == USED
+            and kv[e, HS_COUNT] == 0
+            and kv[e, CACHED] == 0
+            and kv[e, SWITCHING] == 0
+            and kv[e, LAST_SEEN] < idle_before
+        ):
             tstate[e] = TOMB
             n += 1
     return n

@@ -16,7 +16,6 @@ class MemoryReport:
     disk_buffer: int  # the partition of R currently loaded
     switching_buffer: int  # s_B
     key_table: int  # per-join-value entries (H_S/H_R index, s_count, f_count)
-    key_table_fixed: int  # part of key_table that does not shrink with H_S
     stream_buffer: int  # input not yet read by the cache phase (outside the budget)
     entries: int  # join values tracked
 

@@ -30,6 +30,15 @@ Algorithm = Literal["ssbj", "meshjoin"]
 FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
 _SLOT_BYTES = 8 + 8 + 8 + 1  # ring_key, ring_next, ring_bytes, ring_matched
 _ENTRY_BYTES = 8 + 1 + 8 * K.NFIELDS  # tkeys, tstate, kv row
+_CHUNK_BYTES = 64  # one queue element
+
+
+def _pow2(n: int) -> int:
+    """Smallest power of two >= max(n, 64)."""
+    p = 64
+    while p < n:
+        p *= 2
+    return p
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class JoinSpec:
     chunk_bytes: int = 1 << 20
     max_step_tuples: int = 1 << 20
     memory_budget: int | None = None
-    min_chunk_bytes: int = 4096
+    min_chunk_bytes: int = 1
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("ssbj", "meshjoin"):
@@ -186,6 +195,12 @@ class SemiStreamJoin:
         self._c = _Counters()
         self._vs_avg = 0.0
         self._vr_avg = 0.0
+        self._hs_live = 0  # stream tuples in H_S
+        self._hs_chunk_bytes = 0  # bytes of the chunks in Q
+        self._sb_bytes = 0
+        self._hr_bytes = 0
+        self._buffer_bytes = 0  # row bytes not yet read by the cache phase
+        self._cached_entries = 0  # join values served by H_R
 
     # ------------------------------------------------------------------ input
     def push(self, batch: pa.Table | pa.RecordBatch) -> None:
@@ -205,6 +220,7 @@ class SemiStreamJoin:
         self._vs_avg = (self._vs_avg * self._c.tuples_in + float(rb.sum())) / (self._c.tuples_in + n)
         self._c.tuples_in += n
         self._buffer.append(_Buffered(table, keys, rb))
+        self._buffer_bytes += int(rb.sum())
 
     @property
     def buffered_tuples(self) -> int:
@@ -214,7 +230,7 @@ class SemiStreamJoin:
     @property
     def hs_tuples(self) -> int:
         """Stream tuples in H_S (waiting for the rest of their R-cycle)."""
-        return int(self._kv[self._tstate == K.USED, K.HS_COUNT].sum())
+        return self._hs_live
 
     @property
     def waiting_tuples(self) -> int:
@@ -255,6 +271,8 @@ class SemiStreamJoin:
         part = self.master.read_partition(p).select(self._mcols)
         t3 = time.perf_counter()
         self._disk_phase(part, fsm, pairs)
+        if new_cycle and self.spec.memory_budget is not None and self._step == self._cycle_start.get(1):
+            self._adapt_w()  # the first partition is measured now: size the chunks of cycle 1
         self._expire(p, unmatched)
         if self._use_cache and fsm == 2 and p == self._k - 1:
             K.mark_empty_switches(
@@ -268,10 +286,10 @@ class SemiStreamJoin:
         self._c.steps += 1
         self._step += 1
         t4 = time.perf_counter()
-        self._c.busy_seconds += t4 - t0
         metrics = self._metrics(
             p, fsm, w_n, w_s, w_null, part.num_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3
         )
+        self._c.busy_seconds += time.perf_counter() - t0
         return StepResult(enriched, um, metrics)
 
     @property
@@ -292,37 +310,81 @@ class SemiStreamJoin:
         self._cycle_start[self._rc] = self._step
         for old in [c for c in self._cycle_start if c < self._rc - 2]:
             del self._cycle_start[old]
-        if not self._use_cache:
-            self._adapt_w()
-            return
-        removed = int(K.collect_garbage(self._tstate, self._kv))
-        self._used -= removed
-        self._tombs += removed
-        evicted = 0
-        if self._rc % self.spec.eviction_interval == 0:
-            evicted = int(K.evict(self._tstate, self._kv, self._rc, self._step, self.spec.switch_factor))
-            self._c.evicted += evicted
-        if self._rc % 3 == 0:  # phase-out: MOVE all tuples from s_B to H_R
-            n_switch = int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.SWITCHING] == 1)))
-            if n_switch or evicted:
+        if self._rc > 1:
+            removed = int(K.collect_garbage(self._tstate, self._kv, self._cycle_start[self._rc - 1]))
+            self._used -= removed
+            self._tombs += removed
+        if self._use_cache:
+            evicted = 0
+            if self._rc % self.spec.eviction_interval == 0:
+                evicted = int(K.evict(self._tstate, self._kv, self._rc, self._step, self.spec.switch_factor))
+                self._c.evicted += evicted
+                self._cached_entries -= evicted
+            if self._rc % 3 == 0:  # phase-out: MOVE all tuples from s_B to H_R
+                n_switch = int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.SWITCHING] == 1)))
+                if n_switch or evicted:
+                    self._rebuild_hr()
+                if n_switch:
+                    self._switch_in(pairs, unmatched)
+                    self._c.switched_in += n_switch
+                    self._cached_entries += n_switch
+                K.reset_s_count(self._tstate, self._kv)
+            elif evicted:
                 self._rebuild_hr()
-            if n_switch:
-                self._switch_in(pairs, unmatched)
-                self._c.switched_in += n_switch
-            K.reset_s_count(self._tstate, self._kv)
-        elif evicted:
-            self._rebuild_hr()
         self._adapt_w()
 
     def _adapt_w(self) -> None:
-        """Adapt MESHJOIN setting w: the H_S chunk gets what the budget leaves over."""
-        if self.spec.memory_budget is None:
+        """Adapt MESHJOIN setting w: the H_S chunk gets what the budget leaves over.
+
+        The memory left after the disk buffer, H_R and s_B is shared by k chunks of stream
+        tuples, the slot ring and the key table, whose power-of-two capacities are sized
+        here for the whole R-cycle, so the budget holds physically, not just for the rows.
+        """
+        budget = self.spec.memory_budget
+        if budget is None:
             return
+        if self._disk_buffer_bytes == 0:
+            self._reserve(self._chunk_bytes)
+            return  # first R-cycle: keep the planned chunk size until a partition is measured
         mem = self.memory()
-        fixed = mem.disk_buffer + mem.h_r + mem.switching_buffer + mem.key_table_fixed
-        avail = self.spec.memory_budget - fixed
-        per_byte = 1.0 + (_SLOT_BYTES + _ENTRY_BYTES) / max(self._vs_avg, 1.0)
-        self._chunk_bytes = max(self.spec.min_chunk_bytes, int(avail / (self._k * per_byte)))
+        avail = budget - (mem.disk_buffer + mem.h_r + mem.switching_buffer + self._k * _CHUNK_BYTES)
+        lo, hi = self.spec.min_chunk_bytes, max(self.spec.min_chunk_bytes, avail // max(self._k, 1))
+        while lo < hi:  # largest chunk whose H_S, ring and key table fit in what is left
+            mid = (lo + hi + 1) // 2
+            if self._hs_need(mid) <= avail:
+                lo = mid
+            else:
+                hi = mid - 1
+        self._chunk_bytes = lo
+        self._reserve(lo)
+
+    def _hs_tuples_for(self, chunk_bytes: int) -> int:
+        return self._k * (int(chunk_bytes / max(self._vs_avg, 1.0)) + 1)
+
+    def _capacities(self, chunk_bytes: int) -> tuple[int, int]:
+        """Ring slots and key-table slots one R-cycle of chunks of ``chunk_bytes`` needs."""
+        tuples = self._hs_tuples_for(chunk_bytes)
+        chunk = tuples // max(self._k, 1)
+        entries = self._cached_entries + self._switching_entries() + tuples + chunk
+        return _pow2(tuples + chunk), _pow2(2 * entries + 2)
+
+    def _hs_need(self, chunk_bytes: int) -> int:
+        ring, table = self._capacities(chunk_bytes)
+        return self._k * chunk_bytes + ring * _SLOT_BYTES + table * _ENTRY_BYTES
+
+    def _reserve(self, chunk_bytes: int) -> None:
+        """Size the ring and the key table for the coming R-cycle (grow or shrink)."""
+        ring, table = self._capacities(chunk_bytes)
+        self._resize_ring(max(ring, _pow2(self._next_slot - self._live_lo)))
+        table = max(table, _pow2(2 * (self._used + 1)))
+        if table != len(self._tkeys):
+            self._tkeys, self._tstate, self._kv = K.rehash(self._tkeys, self._tstate, self._kv, table)
+            self._tombs = 0
+
+    def _switching_entries(self) -> int:
+        if not self._use_cache or self._rc % 3 != 2:
+            return 0
+        return int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.SWITCHING] == 1)))
 
     # ------------------------------------------------------------------ phases
     def _cache_phase(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> tuple[int, int, int]:
@@ -351,6 +413,7 @@ class SemiStreamJoin:
                 self._use_cache,
             )
             consumed = int(consumed)
+            self._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
             remaining -= consumed
             buf.pos += consumed
             if len(null_idx):
@@ -407,7 +470,9 @@ class SemiStreamJoin:
             self._step,
         )
         self._used += int(created)
+        self._hs_live += n
         self._queue.append(_Chunk(self._next_slot, n, self._p, table, int(rb.sum())))
+        self._hs_chunk_bytes += self._queue[-1].nbytes
         self._next_slot += n
 
     def _disk_phase(self, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
@@ -425,7 +490,7 @@ class SemiStreamJoin:
         eligible = self._cycle_start.get(self._rc - 1, -1) if fsm == 2 else -1
         if not self._queue and fsm not in (1, 2):
             return
-        pm, psl, sb, _cached = K.disk_probe(
+        pm, psl, sb = K.disk_probe(
             self._tkeys,
             self._tstate,
             self._kv,
@@ -443,6 +508,7 @@ class SemiStreamJoin:
         )
         if len(sb):
             self._sb_seq += 1
+            self._sb_bytes += int(part.nbytes * len(sb) / max(part.num_rows, 1)) + 16 * len(sb)
             self._sb.append((part.take(sb), mk.values[sb], np.full(len(sb), self._p, dtype=np.int64), self._sb_seq))
         if len(pm):
             self._emit_slots(pairs, psl, part, pm)
@@ -451,6 +517,7 @@ class SemiStreamJoin:
         """DELETE the oldest chunk from Q and H_S once it has met every partition of R."""
         while self._queue and self._queue[0].p0 == (p + 1) % self._k:
             ch = self._queue.popleft()
+            self._hs_chunk_bytes -= ch.nbytes
             um, live = K.expire_slots(
                 self._tkeys,
                 self._tstate,
@@ -462,6 +529,7 @@ class SemiStreamJoin:
                 ch.base + ch.n,
             )
             live = int(live)
+            self._hs_live -= live
             self._c.served_disk += live
             self._c.matched += live - len(um)
             if len(um):
@@ -488,6 +556,7 @@ class SemiStreamJoin:
         if len(ps):
             self._emit_slots(pairs, ps, self._hr_table, pr)
         self._c.served_disk += len(removed)
+        self._hs_live -= len(removed)
         done_unmatched = removed[self._ring_matched[removed & mask] == 0]
         self._c.matched += len(removed) - len(done_unmatched)
         if len(done_unmatched):
@@ -503,6 +572,7 @@ class SemiStreamJoin:
             keys.append(k)
             parts.append(p)
         self._sb = []
+        self._sb_bytes = 0
         self._hr_version += 1
         allk = np.concatenate(keys)
         allp = np.concatenate(parts)
@@ -516,6 +586,7 @@ class SemiStreamJoin:
         self._hr_table = table.take(order)
         self._hr_keys = allk[order]
         self._hr_part = allp[order]
+        self._hr_bytes = int(self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes)
         # CSR per cached value
         live = (self._tstate == K.USED) & ((self._kv[:, K.CACHED] == 1) | (self._kv[:, K.SWITCHING] == 1))
         self._kv[live, K.HR_LEN] = 0
@@ -567,6 +638,10 @@ class SemiStreamJoin:
         if len(self._queue) == 1:
             ch = self._queue[0]
             return ch.table.take(slots - ch.base)
+        if len(self._queue) > 8:
+            # slots of consecutive chunks are consecutive: one take over the chunked table
+            # beats one take per chunk when chunks are many and small
+            return pa.concat_tables([c.table for c in self._queue]).take(slots - self._queue[0].base)
         order = np.argsort(slots, kind="stable")
         sorted_slots = slots[order]
         bases = np.array([c.base for c in self._queue], dtype=np.int64)
@@ -596,12 +671,13 @@ class SemiStreamJoin:
 
     # ------------------------------------------------------------------ capacity
     def _ensure_ring(self, need: int) -> None:
+        if need > len(self._ring_key):
+            self._resize_ring(_pow2(need))
+
+    def _resize_ring(self, new_cap: int) -> None:
         cap = len(self._ring_key)
-        if need <= cap:
+        if new_cap == cap:
             return
-        new_cap = cap
-        while new_cap < need:
-            new_cap *= 2
         old_mask, new_mask = cap - 1, new_cap - 1
         live = np.arange(self._live_lo, self._next_slot, dtype=np.int64)
         arrays = []
@@ -703,6 +779,9 @@ class SemiStreamJoin:
             "state": state_name,
             "chunk_bytes": self._chunk_bytes,
             "disk_buffer_bytes": self._disk_buffer_bytes,
+            "hr_bytes": self._hr_bytes,
+            "sb_bytes": self._sb_bytes,
+            "buffer_bytes": self._buffer_bytes,
             "vs_avg": self._vs_avg,
             "vr_avg": self._vr_avg,
             "counters": asdict(self._c),
@@ -738,6 +817,7 @@ class SemiStreamJoin:
         op._live_lo, op._next_slot = m["live_lo"], m["next_slot"]
         op._chunk_bytes, op._disk_buffer_bytes = m["chunk_bytes"], m["disk_buffer_bytes"]
         op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
+        op._hr_bytes, op._sb_bytes, op._buffer_bytes = m["hr_bytes"], m["sb_bytes"], m["buffer_bytes"]
         counters = dict(m["counters"])
         op._c = _Counters(**counters)
         op._hr_version, op._sb_seq = m["hr_version"], m["sb_seq"]
@@ -755,6 +835,7 @@ class SemiStreamJoin:
             op._ring_next[sl] = t.column("__ssbj_next").to_numpy()
             op._ring_bytes[sl] = t.column("__ssbj_bytes").to_numpy()
             op._queue.append(_Chunk(c["base"], c["n"], c["p0"], t.drop_columns(internal), c["nbytes"]))
+            op._hs_chunk_bytes += c["nbytes"]
         hr = store.read_table(m["hr"])
         op._hr_keys = hr.column("__ssbj_key").to_numpy().astype(np.int64)
         op._hr_part = hr.column("__ssbj_part").to_numpy().astype(np.int64)
@@ -788,6 +869,8 @@ class SemiStreamJoin:
             )
         )
         op._used, op._tombs = len(tk), 0
+        op._hs_live = int(kvs[:, K.HS_COUNT].sum()) if len(tk) else 0
+        op._cached_entries = int(np.count_nonzero(kvs[:, K.CACHED] == 1)) if len(tk) else 0
         buf = store.read_table(m["buffer"])
         if buf.num_rows:
             buf = buf.combine_chunks()
@@ -797,22 +880,15 @@ class SemiStreamJoin:
     # ------------------------------------------------------------------ reporting
     def memory(self) -> MemoryReport:
         """Bytes per component (the stream buffer is reported but not part of the budget)."""
-        n_entries = self._used
-        cached_entries = int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)))
-        hs_rows = sum(c.nbytes for c in self._queue)
-        ring = len(self._ring_key) * _SLOT_BYTES
-        hr = self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes
-        sb = sum(t.nbytes + k.nbytes + p.nbytes for t, k, p, _ in self._sb)
         return MemoryReport(
-            h_s=hs_rows + ring,
-            h_r=hr + cached_entries * _ENTRY_BYTES,
-            queue=len(self._queue) * 64,
+            h_s=self._hs_chunk_bytes + len(self._ring_key) * _SLOT_BYTES,
+            h_r=self._hr_bytes,
+            queue=len(self._queue) * _CHUNK_BYTES,
             disk_buffer=self._disk_buffer_bytes,
-            switching_buffer=sb,
+            switching_buffer=self._sb_bytes,
             key_table=len(self._tkeys) * _ENTRY_BYTES,
-            key_table_fixed=1024 * _ENTRY_BYTES + cached_entries * 2 * _ENTRY_BYTES,
-            stream_buffer=sum(b.table.nbytes for b in self._buffer),
-            entries=n_entries,
+            stream_buffer=self._buffer_bytes,
+            entries=self._used,
         )
 
     def _metrics(
@@ -829,7 +905,6 @@ class SemiStreamJoin:
         cache_s: float,
         disk_s: float,
     ) -> StepMetrics:
-        cached = (self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)
         predicted = self.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out))
         done = self._c.served_cache + self._c.served_disk + self._c.null_keys
         return StepMetrics(
@@ -850,7 +925,7 @@ class SemiStreamJoin:
             cache_phase_seconds=cache_s,
             disk_phase_seconds=disk_s,
             service_rate=(w_n + w_s + w_null) / c_loop if c_loop > 0 else 0.0,
-            cache_values=int(np.count_nonzero(cached)),
+            cache_values=self._cached_entries,
             cache_rows=int(self._hr_table.num_rows),
             cache_bytes=int(self._hr_table.nbytes),
             hs_tuples=self.hs_tuples,
