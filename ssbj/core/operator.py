@@ -365,7 +365,8 @@ class SemiStreamJoin:
         """Ring slots and key-table slots one R-cycle of chunks of ``chunk_bytes`` needs."""
         tuples = self._hs_tuples_for(chunk_bytes)
         chunk = tuples // max(self._k, 1)
-        entries = self._cached_entries + self._switching_entries() + tuples + chunk
+        # entries live until a whole R-cycle passes without their value: up to two cycles of values
+        entries = self._cached_entries + self._switching_entries() + 2 * tuples
         return _pow2(tuples + chunk), _pow2(2 * entries + 2)
 
     def _hs_need(self, chunk_bytes: int) -> int:
@@ -689,8 +690,8 @@ class SemiStreamJoin:
 
     def _ensure_table(self, n_new: int) -> None:
         cap = len(self._tkeys)
-        if (self._used + self._tombs + n_new) * 2 <= cap:
-            return
+        if (self._used + self._tombs + n_new) * 10 <= cap * 7:
+            return  # grow past 70% load only: _reserve sizes the table for 50% per R-cycle
         new_cap = 1024
         while new_cap < (self._used + n_new) * 2 + 2:
             new_cap *= 2
