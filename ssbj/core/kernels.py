@@ -3,9 +3,11 @@
 Every hash structure of the paper is a set of flat NumPy arrays driven by these
 ``numba`` kernels, so one step costs O(b + w + output) with no per-tuple Python.
 
-* The *key table* is an open-addressing hash table from a 64-bit join-value hash to
-  an entry; ``kv[entry, FIELD]`` holds the per-join-value state (H_S chain head and
-  counts, s_count, f_count, cache flags, H_R CSR range).
+* The *key table* is an open-addressing index (``tkeys``, ``trec``) from a 64-bit join
+  value to a record; ``kv[record, FIELD]`` holds the per-join-value state (H_S chain head
+  and counts, s_count, f_count, cache flags, H_R CSR range).  Records are dense and
+  recycled through a free stack, so the sparse index costs 12 bytes a slot and the
+  136-byte records are allocated only for values that exist.
 * H_S is a ring of stream-tuple slots (global, monotonically increasing ids) with a
   per-join-value chain newest -> oldest.  The queue is FIFO, so the live slots are
   always ``[live_lo, next_slot)``; a chain walk stops at the first slot that has
@@ -19,12 +21,11 @@ from numba import njit
 
 # The bodies below are compiled by numba and work on NumPy scalars; mypy sees them as
 # Python and cannot tell np.int64 from int, so those two codes are silenced here only.
-# mypy: disable-error-code="return-value,arg-type"
+# mypy: disable-error-code="return-value,arg-type,no-any-return"
 
-# Slot states of the key table.
-EMPTY = 0
-USED = 1
-TOMB = 2
+# Index slots hold a record id, or one of these.
+EMPTY = -1
+TOMB = -2
 
 # Fields of kv[entry, :].
 HS_HEAD = 0  # newest live H_S slot of this join value, -1 if none
@@ -44,7 +45,8 @@ HR_LEN = 13  # number of master rows of the value in H_R (0: empty entry)
 HR_BYTES = 14  # bytes of those rows
 REMOVED_UPTO = 15  # slots <= this are not in H_S for this value
 LAST_SEEN = 16  # step of the value's latest H_S insert (garbage collection)
-NFIELDS = 17
+KEY = 17  # the join value itself (to find the index slot from a record)
+NFIELDS = 18
 
 
 @njit(cache=True, inline="always")
@@ -66,94 +68,114 @@ def hash_bytes(offsets: np.ndarray, data: np.ndarray, out: np.ndarray) -> None: 
 
 
 @njit(cache=True, inline="always")
-def _find(tkeys: np.ndarray, tstate: np.ndarray, key: int) -> int:  # pragma: no cover
+def _find(tkeys: np.ndarray, trec: np.ndarray, key: int) -> int:  # pragma: no cover
     mask = tkeys.shape[0] - 1
     i = np.int64(_mix(np.uint64(key)) & np.uint64(mask))
     while True:
-        st = tstate[i]
-        if st == EMPTY:
+        r = trec[i]
+        if r == EMPTY:
             return -1
-        if st == USED and tkeys[i] == key:
-            return i
+        if r >= 0 and tkeys[i] == key:
+            return r
         i = (i + 1) & mask
 
 
 @njit(cache=True)
-def _init_entry(kv: np.ndarray, e: int, now_step: int, first_slot: int) -> None:  # pragma: no cover
+def _init_entry(kv: np.ndarray, e: int, key: int, now_step: int, first_slot: int) -> None:  # pragma: no cover
     for f in range(NFIELDS):
         kv[e, f] = 0
     kv[e, HS_HEAD] = -1
     kv[e, TRACK_SINCE] = now_step
     kv[e, DECIDED_CYCLE] = -1
     kv[e, REMOVED_UPTO] = first_slot - 1
+    kv[e, LAST_SEEN] = now_step
+    kv[e, KEY] = key
 
 
 @njit(cache=True)
 def _get_or_create(
     tkeys: np.ndarray,
-    tstate: np.ndarray,
+    trec: np.ndarray,
     kv: np.ndarray,
+    rstate: np.ndarray,
+    free: np.ndarray,
+    meta: np.ndarray,
     key: int,
     now_step: int,
     first_slot: int,
 ) -> tuple[int, int]:  # pragma: no cover
-    """Entry of ``key``, created if missing; returns (entry, 1 if created)."""
+    """Record of ``key``, created if missing; returns (record, 1 if created)."""
     mask = tkeys.shape[0] - 1
     i = np.int64(_mix(np.uint64(key)) & np.uint64(mask))
     tomb = np.int64(-1)
     while True:
-        st = tstate[i]
-        if st == EMPTY:
+        r = trec[i]
+        if r == EMPTY:
             break
-        if st == USED and tkeys[i] == key:
-            return i, np.int64(0)
-        if st == TOMB and tomb < 0:
+        if r >= 0 and tkeys[i] == key:
+            return r, np.int64(0)
+        if r == TOMB and tomb < 0:
             tomb = i
         i = (i + 1) & mask
     if tomb >= 0:
         i = tomb
+    meta[0] -= 1
+    e = free[meta[0]]
+    rstate[e] = 1
     tkeys[i] = key
-    tstate[i] = USED
-    _init_entry(kv, i, now_step, first_slot)
-    return i, np.int64(1)
+    trec[i] = e
+    _init_entry(kv, e, key, now_step, first_slot)
+    return e, np.int64(1)
+
+
+@njit(cache=True)
+def _release(
+    tkeys: np.ndarray, trec: np.ndarray, rstate: np.ndarray, free: np.ndarray, meta: np.ndarray, kv: np.ndarray, e: int
+) -> None:  # pragma: no cover
+    key = kv[e, KEY]
+    mask = tkeys.shape[0] - 1
+    i = np.int64(_mix(np.uint64(key)) & np.uint64(mask))
+    while trec[i] != e:
+        i = (i + 1) & mask
+    trec[i] = TOMB
+    rstate[e] = 0
+    free[meta[0]] = e
+    meta[0] += 1
 
 
 @njit(cache=True)
 def lookup_many(
-    tkeys: np.ndarray, tstate: np.ndarray, keys: np.ndarray, valid: np.ndarray
+    tkeys: np.ndarray, trec: np.ndarray, keys: np.ndarray, valid: np.ndarray
 ) -> np.ndarray:  # pragma: no cover
-    """Entry per key, -1 where absent or the key is NULL."""
+    """Record per key, -1 where absent or the key is NULL."""
     out = np.empty(keys.shape[0], dtype=np.int64)
     for i in range(keys.shape[0]):
-        out[i] = _find(tkeys, tstate, keys[i]) if valid[i] else -1
+        out[i] = _find(tkeys, trec, keys[i]) if valid[i] else -1
     return out
 
 
 @njit(cache=True)
-def rehash(
-    tkeys: np.ndarray, tstate: np.ndarray, kv: np.ndarray, new_cap: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
-    """Rebuild the key table at ``new_cap`` slots, dropping tombstones."""
+def rehash(kv: np.ndarray, rstate: np.ndarray, new_cap: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Rebuild the index at ``new_cap`` slots from the live records (drops tombstones)."""
     nk = np.zeros(new_cap, dtype=np.int64)
-    ns = np.zeros(new_cap, dtype=np.int8)
-    nkv = np.zeros((new_cap, NFIELDS), dtype=np.int64)
+    nr = np.full(new_cap, EMPTY, dtype=np.int32)
     mask = new_cap - 1
-    for i in range(tkeys.shape[0]):
-        if tstate[i] != USED:
+    for e in range(rstate.shape[0]):
+        if rstate[e] != 1:
             continue
-        j = np.int64(_mix(np.uint64(tkeys[i])) & np.uint64(mask))
-        while ns[j] == USED:
+        key = kv[e, KEY]
+        j = np.int64(_mix(np.uint64(key)) & np.uint64(mask))
+        while nr[j] != EMPTY:
             j = (j + 1) & mask
-        nk[j] = tkeys[i]
-        ns[j] = USED
-        nkv[j, :] = kv[i, :]
-    return nk, ns, nkv
+        nk[j] = key
+        nr[j] = e
+    return nk, nr
 
 
 @njit(cache=True)
 def cache_probe(
     tkeys: np.ndarray,
-    tstate: np.ndarray,
+    trec: np.ndarray,
     kv: np.ndarray,
     keys: np.ndarray,
     valid: np.ndarray,
@@ -185,7 +207,7 @@ def cache_probe(
             nn += 1
             i += 1
             continue
-        e = _find(tkeys, tstate, keys[i]) if use_cache else np.int64(-1)
+        e = _find(tkeys, trec, keys[i]) if use_cache else np.int64(-1)
         if e >= 0 and kv[e, CACHED] == 1:
             hit_entry[i - start] = e
             kv[e, F_COUNT] += 1
@@ -228,8 +250,11 @@ def expand_cache_hits(
 @njit(cache=True)
 def hs_insert(
     tkeys: np.ndarray,
-    tstate: np.ndarray,
+    trec: np.ndarray,
     kv: np.ndarray,
+    rstate: np.ndarray,
+    free: np.ndarray,
+    meta: np.ndarray,
     ring_key: np.ndarray,
     ring_next: np.ndarray,
     ring_bytes: np.ndarray,
@@ -244,7 +269,7 @@ def hs_insert(
     created = 0
     for i in range(keys.shape[0]):
         s = base_slot + i
-        e, c = _get_or_create(tkeys, tstate, kv, keys[i], now_step, s)
+        e, c = _get_or_create(tkeys, trec, kv, rstate, free, meta, keys[i], now_step, s)
         created += c
         j = s & mask
         ring_key[j] = keys[i]
@@ -261,7 +286,7 @@ def hs_insert(
 @njit(cache=True)
 def disk_probe(
     tkeys: np.ndarray,
-    tstate: np.ndarray,
+    trec: np.ndarray,
     kv: np.ndarray,
     ring_next: np.ndarray,
     ring_matched: np.ndarray,
@@ -291,7 +316,7 @@ def disk_probe(
         ent[i] = -1
         if not mvalid[i]:
             continue
-        e = _find(tkeys, tstate, mkeys[i])
+        e = _find(tkeys, trec, mkeys[i])
         if e < 0 or kv[e, CACHED] == 1:
             continue
         if fsm == 1:
@@ -335,7 +360,7 @@ def disk_probe(
 @njit(cache=True)
 def expire_slots(
     tkeys: np.ndarray,
-    tstate: np.ndarray,
+    trec: np.ndarray,
     kv: np.ndarray,
     ring_key: np.ndarray,
     ring_bytes: np.ndarray,
@@ -350,7 +375,7 @@ def expire_slots(
     live = 0
     for s in range(lo, hi):
         j = s & mask
-        e = _find(tkeys, tstate, ring_key[j])
+        e = _find(tkeys, trec, ring_key[j])
         if e < 0 or s <= kv[e, REMOVED_UPTO]:
             continue  # left H_S earlier, when its value moved to the cache
         live += 1
@@ -364,7 +389,7 @@ def expire_slots(
 
 @njit(cache=True)
 def mark_empty_switches(
-    tstate: np.ndarray, kv: np.ndarray, rc: int, eligible_before: int, switch_factor: float
+    rstate: np.ndarray, kv: np.ndarray, rc: int, eligible_before: int, switch_factor: float
 ) -> int:  # pragma: no cover
     """End of a switching R-cycle: values tracked all cycle that met no master row have m = 0.
 
@@ -372,8 +397,8 @@ def mark_empty_switches(
     move to the cache as empty entries.
     """
     n = 0
-    for e in range(tstate.shape[0]):
-        if tstate[e] != USED or kv[e, CACHED] == 1 or kv[e, SWITCHING] == 1:
+    for e in range(rstate.shape[0]):
+        if rstate[e] != 1 or kv[e, CACHED] == 1 or kv[e, SWITCHING] == 1:
             continue
         if kv[e, DECIDED_CYCLE] == rc or kv[e, TRACK_SINCE] > eligible_before:
             continue
@@ -386,7 +411,7 @@ def mark_empty_switches(
 
 @njit(cache=True)
 def switch_in(
-    tstate: np.ndarray,
+    rstate: np.ndarray,
     kv: np.ndarray,
     ring_next: np.ndarray,
     ring_matched: np.ndarray,
@@ -407,8 +432,8 @@ def switch_in(
     mask = ring_next.shape[0] - 1
     total = 0
     nslots = 0
-    for e in range(tstate.shape[0]):
-        if tstate[e] == USED and kv[e, SWITCHING] == 1:
+    for e in range(rstate.shape[0]):
+        if rstate[e] == 1 and kv[e, SWITCHING] == 1:
             nslots += kv[e, HS_COUNT]
             total += kv[e, HS_COUNT] * kv[e, HR_LEN]
     ps = np.empty(total, dtype=np.int64)
@@ -416,8 +441,8 @@ def switch_in(
     removed = np.empty(nslots, dtype=np.int64)
     k = 0
     u = 0
-    for e in range(tstate.shape[0]):
-        if tstate[e] != USED or kv[e, SWITCHING] != 1:
+    for e in range(rstate.shape[0]):
+        if rstate[e] != 1 or kv[e, SWITCHING] != 1:
             continue
         lim = kv[e, REMOVED_UPTO]
         s = kv[e, HS_HEAD]
@@ -448,15 +473,15 @@ def switch_in(
 
 
 @njit(cache=True)
-def evict(tstate: np.ndarray, kv: np.ndarray, rc: int, now_step: int, switch_factor: float) -> int:  # pragma: no cover
+def evict(rstate: np.ndarray, kv: np.ndarray, rc: int, now_step: int, switch_factor: float) -> int:  # pragma: no cover
     """Cache eviction: evict values whose H_R rows outweigh their stream tuples per R-cycle.
 
     f_count is divided by the number of R-cycles it covers (10 for a value cached for the
     whole window), then reset.
     """
     n = 0
-    for e in range(tstate.shape[0]):
-        if tstate[e] != USED or kv[e, CACHED] != 1:
+    for e in range(rstate.shape[0]):
+        if rstate[e] != 1 or kv[e, CACHED] != 1:
             continue
         cycles = rc - kv[e, F_SINCE]
         if cycles <= 0:
@@ -479,30 +504,38 @@ def evict(tstate: np.ndarray, kv: np.ndarray, rc: int, now_step: int, switch_fac
 
 
 @njit(cache=True)
-def collect_garbage(tstate: np.ndarray, kv: np.ndarray, idle_before: int) -> int:  # pragma: no cover
-    """Drop entries with no H_S tuple since step ``idle_before``, neither cached nor switching.
+def collect_garbage(
+    tkeys: np.ndarray,
+    trec: np.ndarray,
+    kv: np.ndarray,
+    rstate: np.ndarray,
+    free: np.ndarray,
+    meta: np.ndarray,
+    idle_before: int,
+) -> int:  # pragma: no cover
+    """Drop values with no H_S tuple since step ``idle_before``, neither cached nor switching.
 
-    Values seen in the previous R-cycle keep their entry, so their counts stay complete
+    Values seen in the previous R-cycle keep their record, so their counts stay complete
     for the next switching decision even when k is small.
     """
     n = 0
-    for e in range(tstate.shape[0]):
+    for e in range(rstate.shape[0]):
         if (
-            tstate[e] == USED
+            rstate[e] == 1
             and kv[e, HS_COUNT] == 0
             and kv[e, CACHED] == 0
             and kv[e, SWITCHING] == 0
             and kv[e, LAST_SEEN] < idle_before
         ):
-            tstate[e] = TOMB
+            _release(tkeys, trec, rstate, free, meta, kv, e)
             n += 1
     return n
 
 
 @njit(cache=True)
-def reset_s_count(tstate: np.ndarray, kv: np.ndarray) -> None:  # pragma: no cover
+def reset_s_count(rstate: np.ndarray, kv: np.ndarray) -> None:  # pragma: no cover
     """RESET all H_S().s_count to 0 (start of the phase-out R-cycle)."""
-    for e in range(tstate.shape[0]):
-        if tstate[e] == USED:
+    for e in range(rstate.shape[0]):
+        if rstate[e] == 1:
             kv[e, S_ROWS] = 0
             kv[e, S_BYTES] = 0

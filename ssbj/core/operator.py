@@ -21,6 +21,7 @@ from ssbj.core import kernels as K
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
 from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, needs_verification
+from ssbj.core.keytable import KeyTable
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
 from ssbj.core.rowsize import row_nbytes
@@ -29,7 +30,6 @@ from ssbj.errors import CheckpointError, ConfigError, InputError
 Algorithm = Literal["ssbj", "meshjoin"]
 FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
 _SLOT_BYTES = 8 + 8 + 8 + 1  # ring_key, ring_next, ring_bytes, ring_matched
-_ENTRY_BYTES = 8 + 1 + 8 * K.NFIELDS  # tkeys, tstate, kv row
 _CHUNK_BYTES = 64  # one queue element
 
 
@@ -170,12 +170,7 @@ class SemiStreamJoin:
         self._p = 0  # next partition to load
         self._k = self.master.num_partitions()
         self._cycle_start: dict[int, int] = {}
-        cap = 1024
-        self._tkeys = np.zeros(cap, dtype=np.int64)
-        self._tstate = np.zeros(cap, dtype=np.int8)
-        self._kv = np.zeros((cap, K.NFIELDS), dtype=np.int64)
-        self._used = 0
-        self._tombs = 0
+        self._kt = KeyTable()
         rcap = 1024
         self._ring_key = np.zeros(rcap, dtype=np.int64)
         self._ring_next = np.zeros(rcap, dtype=np.int64)
@@ -198,6 +193,7 @@ class SemiStreamJoin:
         self._hs_live = 0  # stream tuples in H_S
         self._hs_chunk_bytes = 0  # bytes of the chunks in Q
         self._sb_bytes = 0
+        self._sb_peak = 0
         self._hr_bytes = 0
         self._buffer_bytes = 0  # row bytes not yet read by the cache phase
         self._cached_entries = 0  # join values served by H_R
@@ -276,7 +272,7 @@ class SemiStreamJoin:
         self._expire(p, unmatched)
         if self._use_cache and fsm == 2 and p == self._k - 1:
             K.mark_empty_switches(
-                self._tstate, self._kv, self._rc, self._cycle_start[self._rc], self.spec.switch_factor
+                self._kt.rstate, self._kt.kv, self._rc, self._cycle_start[self._rc], self.spec.switch_factor
             )
         self._p = (p + 1) % self._k
         enriched = self._assemble(pairs)
@@ -311,24 +307,26 @@ class SemiStreamJoin:
         for old in [c for c in self._cycle_start if c < self._rc - 2]:
             del self._cycle_start[old]
         if self._rc > 1:
-            removed = int(K.collect_garbage(self._tstate, self._kv, self._cycle_start[self._rc - 1]))
-            self._used -= removed
-            self._tombs += removed
+            kt = self._kt
+            # with k = 1 every value leaves H_S within its step: keep values seen in the previous
+            # R-cycle so their counts survive until the switching decision
+            idle_before = self._cycle_start[self._rc - 1] if self._k == 1 else self._step
+            kt.released(int(K.collect_garbage(kt.tkeys, kt.trec, kt.kv, kt.rstate, kt.free, kt.meta, idle_before)))
         if self._use_cache:
             evicted = 0
             if self._rc % self.spec.eviction_interval == 0:
-                evicted = int(K.evict(self._tstate, self._kv, self._rc, self._step, self.spec.switch_factor))
+                evicted = int(K.evict(self._kt.rstate, self._kt.kv, self._rc, self._step, self.spec.switch_factor))
                 self._c.evicted += evicted
                 self._cached_entries -= evicted
             if self._rc % 3 == 0:  # phase-out: MOVE all tuples from s_B to H_R
-                n_switch = int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.SWITCHING] == 1)))
+                n_switch = self._switching_entries()
                 if n_switch or evicted:
                     self._rebuild_hr()
                 if n_switch:
                     self._switch_in(pairs, unmatched)
                     self._c.switched_in += n_switch
                     self._cached_entries += n_switch
-                K.reset_s_count(self._tstate, self._kv)
+                K.reset_s_count(self._kt.rstate, self._kt.kv)
             elif evicted:
                 self._rebuild_hr()
         self._adapt_w()
@@ -347,7 +345,9 @@ class SemiStreamJoin:
             self._reserve(self._chunk_bytes)
             return  # first R-cycle: keep the planned chunk size until a partition is measured
         mem = self.memory()
-        avail = budget - (mem.disk_buffer + mem.h_r + mem.switching_buffer + self._k * _CHUNK_BYTES)
+        # s_B fills during a switching R-cycle: keep room for the largest one seen so far
+        sb = max(mem.switching_buffer, self._sb_peak)
+        avail = budget - (mem.disk_buffer + mem.h_r + sb + self._k * _CHUNK_BYTES)
         lo, hi = self.spec.min_chunk_bytes, max(self.spec.min_chunk_bytes, avail // max(self._k, 1))
         while lo < hi:  # largest chunk whose H_S, ring and key table fit in what is left
             mid = (lo + hi + 1) // 2
@@ -362,30 +362,28 @@ class SemiStreamJoin:
         return self._k * (int(chunk_bytes / max(self._vs_avg, 1.0)) + 1)
 
     def _capacities(self, chunk_bytes: int) -> tuple[int, int]:
-        """Ring slots and key-table slots one R-cycle of chunks of ``chunk_bytes`` needs."""
+        """Ring slots and key-table entries one R-cycle of chunks of ``chunk_bytes`` needs."""
         tuples = self._hs_tuples_for(chunk_bytes)
         chunk = tuples // max(self._k, 1)
-        # entries live until a whole R-cycle passes without their value: up to two cycles of values
+        # a value keeps its record until the R-cycle after its last tuple left H_S (see
+        # _begin_r_cycle): up to two R-cycles of values
         entries = self._cached_entries + self._switching_entries() + 2 * tuples
-        return _pow2(tuples + chunk), _pow2(2 * entries + 2)
+        return _pow2(tuples + chunk), entries
 
     def _hs_need(self, chunk_bytes: int) -> int:
-        ring, table = self._capacities(chunk_bytes)
-        return self._k * chunk_bytes + ring * _SLOT_BYTES + table * _ENTRY_BYTES
+        ring, entries = self._capacities(chunk_bytes)
+        return self._k * chunk_bytes + ring * _SLOT_BYTES + KeyTable.bytes_for(entries)
 
     def _reserve(self, chunk_bytes: int) -> None:
         """Size the ring and the key table for the coming R-cycle (grow or shrink)."""
-        ring, table = self._capacities(chunk_bytes)
+        ring, entries = self._capacities(chunk_bytes)
         self._resize_ring(max(ring, _pow2(self._next_slot - self._live_lo)))
-        table = max(table, _pow2(2 * (self._used + 1)))
-        if table != len(self._tkeys):
-            self._tkeys, self._tstate, self._kv = K.rehash(self._tkeys, self._tstate, self._kv, table)
-            self._tombs = 0
+        self._kt.reserve(entries)
 
     def _switching_entries(self) -> int:
-        if not self._use_cache or self._rc % 3 != 2:
+        if not self._use_cache:
             return 0
-        return int(np.count_nonzero((self._tstate == K.USED) & (self._kv[:, K.SWITCHING] == 1)))
+        return int(np.count_nonzero(self._kt.live() & (self._kt.kv[:, K.SWITCHING] == 1)))
 
     # ------------------------------------------------------------------ phases
     def _cache_phase(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> tuple[int, int, int]:
@@ -401,9 +399,9 @@ class SemiStreamJoin:
             buf = self._buffer[0]
             start = buf.pos
             consumed, hit_entry, miss_idx, null_idx, used = K.cache_probe(
-                self._tkeys,
-                self._tstate,
-                self._kv,
+                self._kt.tkeys,
+                self._kt.trec,
+                self._kt.kv,
                 buf.keys.values,
                 buf.keys.valid,
                 buf.row_bytes,
@@ -422,7 +420,7 @@ class SemiStreamJoin:
                 w_null += len(null_idx)
             n_hits = consumed - len(miss_idx) - len(null_idx)
             if n_hits:
-                ps, pr = K.expand_cache_hits(hit_entry, self._kv, start)
+                ps, pr = K.expand_cache_hits(hit_entry, self._kt.kv, start)
                 ps, pr = self._emit(pairs, buf.table, ps, pr)
                 matched_mask = np.zeros(consumed, dtype=bool)
                 matched_mask[ps - start] = True
@@ -456,11 +454,15 @@ class SemiStreamJoin:
         """ADD the chunk into H_S and its slots into the queue Q."""
         n = table.num_rows
         self._ensure_ring(self._next_slot + n - self._live_lo)
-        self._ensure_table(n)
-        created = K.hs_insert(
-            self._tkeys,
-            self._tstate,
-            self._kv,
+        self._kt.ensure(n)
+        kt = self._kt
+        K.hs_insert(
+            kt.tkeys,
+            kt.trec,
+            kt.kv,
+            kt.rstate,
+            kt.free,
+            kt.meta,
             self._ring_key,
             self._ring_next,
             self._ring_bytes,
@@ -470,7 +472,6 @@ class SemiStreamJoin:
             self._next_slot,
             self._step,
         )
-        self._used += int(created)
         self._hs_live += n
         self._queue.append(_Chunk(self._next_slot, n, self._p, table, int(rb.sum())))
         self._hs_chunk_bytes += self._queue[-1].nbytes
@@ -492,9 +493,9 @@ class SemiStreamJoin:
         if not self._queue and fsm not in (1, 2):
             return
         pm, psl, sb = K.disk_probe(
-            self._tkeys,
-            self._tstate,
-            self._kv,
+            self._kt.tkeys,
+            self._kt.trec,
+            self._kt.kv,
             self._ring_next,
             self._ring_matched,
             self._live_lo,
@@ -510,6 +511,7 @@ class SemiStreamJoin:
         if len(sb):
             self._sb_seq += 1
             self._sb_bytes += int(part.nbytes * len(sb) / max(part.num_rows, 1)) + 16 * len(sb)
+            self._sb_peak = max(self._sb_peak, self._sb_bytes)
             self._sb.append((part.take(sb), mk.values[sb], np.full(len(sb), self._p, dtype=np.int64), self._sb_seq))
         if len(pm):
             self._emit_slots(pairs, psl, part, pm)
@@ -520,9 +522,9 @@ class SemiStreamJoin:
             ch = self._queue.popleft()
             self._hs_chunk_bytes -= ch.nbytes
             um, live = K.expire_slots(
-                self._tkeys,
-                self._tstate,
-                self._kv,
+                self._kt.tkeys,
+                self._kt.trec,
+                self._kt.kv,
                 self._ring_key,
                 self._ring_bytes,
                 self._ring_matched,
@@ -541,8 +543,8 @@ class SemiStreamJoin:
         bases = np.array([c.base for c in self._queue], dtype=np.int64)
         p0s = np.array([c.p0 for c in self._queue], dtype=np.int64)
         ps, pr, removed = K.switch_in(
-            self._tstate,
-            self._kv,
+            self._kt.rstate,
+            self._kt.kv,
             self._ring_next,
             self._ring_matched,
             self._live_lo,
@@ -577,10 +579,11 @@ class SemiStreamJoin:
         self._hr_version += 1
         allk = np.concatenate(keys)
         allp = np.concatenate(parts)
-        ent = K.lookup_many(self._tkeys, self._tstate, allk, np.ones(len(allk), dtype=bool))
+        kv = self._kt.kv
+        ent = self._kt.lookup(allk)
         keep_ent = ent >= 0
         keep = np.zeros(len(allk), dtype=bool)
-        keep[keep_ent] = (self._kv[ent[keep_ent], K.CACHED] == 1) | (self._kv[ent[keep_ent], K.SWITCHING] == 1)
+        keep[keep_ent] = (kv[ent[keep_ent], K.CACHED] == 1) | (kv[ent[keep_ent], K.SWITCHING] == 1)
         idx = np.flatnonzero(keep)
         order = idx[np.argsort(allk[idx], kind="stable")]
         table = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
@@ -589,17 +592,17 @@ class SemiStreamJoin:
         self._hr_part = allp[order]
         self._hr_bytes = int(self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes)
         # CSR per cached value
-        live = (self._tstate == K.USED) & ((self._kv[:, K.CACHED] == 1) | (self._kv[:, K.SWITCHING] == 1))
-        self._kv[live, K.HR_LEN] = 0
-        self._kv[live, K.HR_BYTES] = 0
+        live = self._kt.live() & ((kv[:, K.CACHED] == 1) | (kv[:, K.SWITCHING] == 1))
+        kv[live, K.HR_LEN] = 0
+        kv[live, K.HR_BYTES] = 0
         if len(order):
             uniq, starts, counts = np.unique(self._hr_keys, return_index=True, return_counts=True)
-            e = K.lookup_many(self._tkeys, self._tstate, uniq, np.ones(len(uniq), dtype=bool))
+            e = self._kt.lookup(uniq)
             rb = row_nbytes(self._hr_table.select(self._proj))
             csum = np.concatenate([[0], np.cumsum(rb)])
-            self._kv[e, K.HR_START] = starts
-            self._kv[e, K.HR_LEN] = counts
-            self._kv[e, K.HR_BYTES] = csum[starts + counts] - csum[starts]
+            kv[e, K.HR_START] = starts
+            kv[e, K.HR_LEN] = counts
+            kv[e, K.HR_BYTES] = csum[starts + counts] - csum[starts]
 
     # ------------------------------------------------------------------ output
     def _emit(
@@ -688,26 +691,16 @@ class SemiStreamJoin:
             arrays.append(new)
         self._ring_key, self._ring_next, self._ring_bytes, self._ring_matched = arrays
 
-    def _ensure_table(self, n_new: int) -> None:
-        cap = len(self._tkeys)
-        if (self._used + self._tombs + n_new) * 10 <= cap * 7:
-            return  # grow past 70% load only: _reserve sizes the table for 50% per R-cycle
-        new_cap = 1024
-        while new_cap < (self._used + n_new) * 2 + 2:
-            new_cap *= 2
-        self._tkeys, self._tstate, self._kv = K.rehash(self._tkeys, self._tstate, self._kv, new_cap)
-        self._tombs = 0
-
     # ------------------------------------------------------------------ introspection
     def cached_values(self) -> np.ndarray:
         """Return the encoded join values served by H_R (the values themselves for integer keys)."""
-        used = (self._tstate == K.USED) & (self._kv[:, K.CACHED] == 1)
-        return np.sort(self._tkeys[used])
+        kv = self._kt.kv
+        return np.sort(kv[self._kt.live() & (kv[:, K.CACHED] == 1), K.KEY])
 
     def hs_count(self, value: int) -> int:
         """Stream tuples of an (encoded) join value in H_S."""
-        e = K.lookup_many(self._tkeys, self._tstate, np.array([value], dtype=np.int64), np.ones(1, dtype=bool))[0]
-        return int(self._kv[e, K.HS_COUNT]) if e >= 0 else 0
+        e = self._kt.lookup(np.array([value], dtype=np.int64))[0]
+        return int(self._kt.kv[e, K.HS_COUNT]) if e >= 0 else 0
 
     # ------------------------------------------------------------------ checkpoint
     def checkpoint(self, store: DirectoryStore, checkpoint_id: int) -> None:
@@ -747,11 +740,10 @@ class SemiStreamJoin:
         store.write_table(buf_name, pa.concat_tables(rest) if rest else self.stream_schema.empty_table())
         files.append(buf_name)
         state_name = f"state-{checkpoint_id}.npz"
-        used = self._tstate == K.USED
         live = np.arange(self._live_lo, self._next_slot, dtype=np.int64) & (len(self._ring_key) - 1)
         store.write_arrays(
             state_name,
-            {"tkeys": self._tkeys[used], "kv": self._kv[used], "matched": np.packbits(self._ring_matched[live])},
+            {"records": self._kt.records(), "matched": np.packbits(self._ring_matched[live])},
         )
         files.append(state_name)
         manifest: dict[str, Any] = {
@@ -770,7 +762,8 @@ class SemiStreamJoin:
             "live_lo": self._live_lo,
             "next_slot": self._next_slot,
             "ring_cap": len(self._ring_key),
-            "table_cap": len(self._tkeys),
+            "index_cap": len(self._kt.tkeys),
+            "record_cap": len(self._kt.rstate),
             "chunks": chunks,
             "hr": hr_name,
             "hr_version": self._hr_version,
@@ -782,6 +775,7 @@ class SemiStreamJoin:
             "disk_buffer_bytes": self._disk_buffer_bytes,
             "hr_bytes": self._hr_bytes,
             "sb_bytes": self._sb_bytes,
+            "sb_peak": self._sb_peak,
             "buffer_bytes": self._buffer_bytes,
             "vs_avg": self._vs_avg,
             "vr_avg": self._vr_avg,
@@ -819,6 +813,7 @@ class SemiStreamJoin:
         op._chunk_bytes, op._disk_buffer_bytes = m["chunk_bytes"], m["disk_buffer_bytes"]
         op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
         op._hr_bytes, op._sb_bytes, op._buffer_bytes = m["hr_bytes"], m["sb_bytes"], m["buffer_bytes"]
+        op._sb_peak = m["sb_peak"]
         counters = dict(m["counters"])
         op._c = _Counters(**counters)
         op._hr_version, op._sb_seq = m["hr_version"], m["sb_seq"]
@@ -855,23 +850,10 @@ class SemiStreamJoin:
         arrays = store.read_arrays(m["state"])
         live = np.arange(op._live_lo, op._next_slot, dtype=np.int64) & mask
         op._ring_matched[live] = np.unpackbits(arrays["matched"], count=len(live))
-        tk, kvs = arrays["tkeys"], arrays["kv"]
-        cap = m["table_cap"]
-        full_keys = np.zeros(len(tk), dtype=np.int64)
-        full_keys[:] = tk
-        state = np.full(len(tk), K.USED, dtype=np.int8)
-        op._tkeys, op._tstate, op._kv = (
-            K.rehash(full_keys, state, kvs.astype(np.int64), cap)
-            if len(tk)
-            else (
-                np.zeros(cap, dtype=np.int64),
-                np.zeros(cap, dtype=np.int8),
-                np.zeros((cap, K.NFIELDS), dtype=np.int64),
-            )
-        )
-        op._used, op._tombs = len(tk), 0
-        op._hs_live = int(kvs[:, K.HS_COUNT].sum()) if len(tk) else 0
-        op._cached_entries = int(np.count_nonzero(kvs[:, K.CACHED] == 1)) if len(tk) else 0
+        kvs = arrays["records"]
+        op._kt = KeyTable.from_records(kvs, m["record_cap"], m["index_cap"])
+        op._hs_live = int(kvs[:, K.HS_COUNT].sum())
+        op._cached_entries = int(np.count_nonzero(kvs[:, K.CACHED] == 1))
         buf = store.read_table(m["buffer"])
         if buf.num_rows:
             buf = buf.combine_chunks()
@@ -887,9 +869,9 @@ class SemiStreamJoin:
             queue=len(self._queue) * _CHUNK_BYTES,
             disk_buffer=self._disk_buffer_bytes,
             switching_buffer=self._sb_bytes,
-            key_table=len(self._tkeys) * _ENTRY_BYTES,
+            key_table=self._kt.nbytes,
             stream_buffer=self._buffer_bytes,
-            entries=self._used,
+            entries=self._kt.used,
         )
 
     def _metrics(
