@@ -63,7 +63,7 @@ class KeyTable:
     def ensure(self, n_new: int) -> None:
         """Room for ``n_new`` more values: free records and an index below 70% load."""
         if int(self.meta[0]) < n_new:
-            self._resize_records(max(len(self.rstate) * 3 // 2, self.used + n_new))
+            self._resize_records(max(len(self.rstate) * 9 // 8, self.used + n_new))
         if (self.used + self.tombs + n_new) * 10 > len(self.tkeys) * 7:
             self._rehash(_pow2(2 * (self.used + n_new) + 2))
 
