@@ -85,8 +85,9 @@ class CostModel:
 def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
     """Fit the constants to measured (step, c_loop seconds) samples by least squares.
 
-    Eq. 2 is linear in the constants; only the sums that multiply one feature are
-    identifiable from whole-step timings, so each sum is split in the default ratios.
+    Eq. 2 is linear in the constants; only the sums that multiply one feature (b, w_N,
+    w_S, outputs) are identifiable from whole-step timings, so the fit keeps those sums
+    exactly and splits each among its constants in the default ratios.
     """
     if len(samples) < 5:
         raise ConfigError("calibration needs at least 5 measured steps")
@@ -94,25 +95,24 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
     y = np.array([t * 1e9 for _, t in samples])
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     coef = np.maximum(coef, 0.0)
+    c_fixed, g_b, g_n, g_s, c_o = (float(v) for v in coef)
+    # Eq. 2 groups: g_b = c_io + c_h + c_b, g_n = c_s + c_h, g_s = c_e + c_s + c_a.
+    # Choose c_s so that every constant is >= 0 and every group sum is kept exactly.
+    c_s = min(0.3 * min(g_n, g_s), g_n)
+    c_s = min(max(c_s, g_n - g_b), g_n, g_s) if g_n - g_b > c_s else c_s
+    c_h = g_n - c_s
     d = CostConstants()
-
-    def split(total: float, parts: dict[str, float]) -> dict[str, float]:
-        s = sum(parts.values())
-        return {k: total * v / s for k, v in parts.items()}
-
-    g_b = split(coef[1], {"c_io_row": d.c_io_row, "c_h": d.c_h, "c_b": d.c_b})
-    g_n = coef[2]  # c_s + c_h; c_h comes from the b group
-    g_s = split(coef[3], {"c_e": d.c_e, "c_s": d.c_s, "c_a": d.c_a})
-    c_s = max(g_n - g_b["c_h"], 0.0)
+    rest_b = g_b - c_h
+    rest_s = g_s - c_s
     return CostConstants(
-        c_fixed=float(coef[0]),
-        c_io_row=g_b["c_io_row"],
-        c_h=g_b["c_h"],
-        c_b=g_b["c_b"],
-        c_s=c_s if c_s > 0 else g_s["c_s"],
-        c_a=g_s["c_a"],
-        c_e=g_s["c_e"],
-        c_o=float(coef[4]),
+        c_fixed=c_fixed,
+        c_io_row=rest_b * d.c_io_row / (d.c_io_row + d.c_b),
+        c_h=c_h,
+        c_b=rest_b * d.c_b / (d.c_io_row + d.c_b),
+        c_s=c_s,
+        c_a=rest_s * d.c_a / (d.c_a + d.c_e),
+        c_e=rest_s * d.c_e / (d.c_a + d.c_e),
+        c_o=c_o,
     )
 
 
@@ -173,5 +173,10 @@ def plan_memory(
 
 
 def _k_candidates(r_t: int) -> list[int]:
-    ks = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096]
-    return [k for k in ks if k <= r_t]
+    """Partition counts to try: a geometric grid from 1 to R_t (one tuple per partition)."""
+    ks = []
+    k = 1.0
+    while k <= r_t:
+        ks.append(int(k))
+        k *= 1.25
+    return sorted(set(ks))
