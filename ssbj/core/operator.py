@@ -409,7 +409,7 @@ class SemiStreamJoin:
                 budget,
                 used,
                 remaining,
-                self._use_cache,
+                self._use_cache and self._cached_entries > 0,  # an empty H_R answers nothing
             )
             consumed = int(consumed)
             self._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
