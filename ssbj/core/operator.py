@@ -342,41 +342,42 @@ class SemiStreamJoin:
         if budget is None:
             return
         if self._disk_buffer_bytes == 0:
-            self._reserve(self._chunk_bytes)
+            self._reserve(self._chunk_bytes, self._cached_entries + self._switching_entries())
             return  # first R-cycle: keep the planned chunk size until a partition is measured
         mem = self.memory()
         # s_B fills during a switching R-cycle: keep room for the largest one seen so far
         sb = max(mem.switching_buffer, self._sb_peak)
         avail = budget - (mem.disk_buffer + mem.h_r + sb + self._k * _CHUNK_BYTES)
         lo, hi = self.spec.min_chunk_bytes, max(self.spec.min_chunk_bytes, avail // max(self._k, 1))
+        pinned = self._cached_entries + self._switching_entries()
         while lo < hi:  # largest chunk whose H_S, ring and key table fit in what is left
             mid = (lo + hi + 1) // 2
-            if self._hs_need(mid) <= avail:
+            if self._hs_need(mid, pinned) <= avail:
                 lo = mid
             else:
                 hi = mid - 1
         self._chunk_bytes = lo
-        self._reserve(lo)
+        self._reserve(lo, pinned)
 
     def _hs_tuples_for(self, chunk_bytes: int) -> int:
         return self._k * (int(chunk_bytes / max(self._vs_avg, 1.0)) + 1)
 
-    def _capacities(self, chunk_bytes: int) -> tuple[int, int]:
+    def _capacities(self, chunk_bytes: int, pinned: int) -> tuple[int, int]:
         """Ring slots and key-table entries one R-cycle of chunks of ``chunk_bytes`` needs."""
         tuples = self._hs_tuples_for(chunk_bytes)
         chunk = tuples // max(self._k, 1)
         # a value keeps its record until the R-cycle after its last tuple left H_S (see
         # _begin_r_cycle): up to two R-cycles of values
-        entries = self._cached_entries + self._switching_entries() + 2 * tuples
+        entries = pinned + 2 * tuples  # pinned: cached and switching values
         return _pow2(tuples + chunk), entries
 
-    def _hs_need(self, chunk_bytes: int) -> int:
-        ring, entries = self._capacities(chunk_bytes)
+    def _hs_need(self, chunk_bytes: int, pinned: int) -> int:
+        ring, entries = self._capacities(chunk_bytes, pinned)
         return self._k * chunk_bytes + ring * _SLOT_BYTES + KeyTable.bytes_for(entries)
 
-    def _reserve(self, chunk_bytes: int) -> None:
+    def _reserve(self, chunk_bytes: int, pinned: int) -> None:
         """Size the ring and the key table for the coming R-cycle (grow or shrink)."""
-        ring, entries = self._capacities(chunk_bytes)
+        ring, entries = self._capacities(chunk_bytes, pinned)
         self._resize_ring(max(ring, _pow2(self._next_slot - self._live_lo)))
         self._kt.reserve(entries)
 
