@@ -23,7 +23,16 @@ import pyarrow.parquet as pq
 
 from ssbj.errors import ConfigError
 
-__all__ = ["fixed_payload", "generate_synthetic", "key_stats", "tpch", "tpchgen_binary", "zipf_ranks"]
+__all__ = [
+    "SyntheticStream",
+    "fixed_payload",
+    "generate_synthetic",
+    "key_stats",
+    "synthetic_master",
+    "tpch",
+    "tpchgen_binary",
+    "zipf_ranks",
+]
 
 
 def zipf_ranks(rng: np.random.Generator, n: int, domain: int, skew: float) -> np.ndarray:
@@ -63,6 +72,86 @@ def fixed_payload(rng: np.random.Generator, n: int, nbytes: int) -> pa.Array:
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(nbytes), n, [None, buf])
 
 
+class SyntheticStream:
+    """The synthetic stream as an endless sequence of deterministic segments.
+
+    Segment ``i`` holds ``segment_rows`` i.i.d. tuples (``sid`` continues across
+    segments); the rank permutation is fixed by ``seed``, so every segment (and every
+    consumer, e.g. SSBJ and MESHJOIN in turn) sees the same distribution and the same
+    data.  ``drift_after`` (a row number) switches to a second permutation from there on.
+    """
+
+    def __init__(
+        self,
+        n_keys: int,
+        skew: float,
+        seed: int = 0,
+        payload_bytes: int = 16,
+        segment_rows: int = 1 << 20,
+        drift_after: int | None = None,
+    ) -> None:
+        if n_keys < 1:
+            raise ConfigError(f"n_keys must be >= 1, got {n_keys}")
+        if segment_rows < 1:
+            raise ConfigError(f"segment_rows must be >= 1, got {segment_rows}")
+        if skew < 0:
+            raise ConfigError(f"skew must be >= 0, got {skew}")
+        self.n_keys = n_keys
+        self.skew = skew
+        self.seed = seed
+        self.payload_bytes = payload_bytes
+        self.segment_rows = segment_rows
+        self.drift_after = drift_after
+        self._perm = np.random.default_rng([seed, 1]).permutation(n_keys).astype(np.int64)
+        self._perm2 = (
+            np.random.default_rng([seed, 2]).permutation(n_keys).astype(np.int64) if drift_after is not None else None
+        )
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Schema of every segment."""
+        return pa.schema([("sid", pa.int64()), ("sk", pa.int64()), ("payload", pa.binary(self.payload_bytes))])
+
+    def table(self, first_row: int, n_rows: int, segment: int) -> pa.Table:
+        """``n_rows`` tuples whose ``sid`` starts at ``first_row``, drawn with stream ``segment``."""
+        rng = np.random.default_rng([self.seed, 3, segment])
+        ranks = zipf_ranks(rng, n_rows, self.n_keys, self.skew)
+        sk = self._perm[ranks]
+        if self._perm2 is not None and self.drift_after is not None:
+            cut = min(max(self.drift_after - first_row, 0), n_rows)
+            sk[cut:] = self._perm2[ranks[cut:]]
+        return pa.table(
+            {
+                "sid": pa.array(np.arange(first_row, first_row + n_rows, dtype=np.int64)),
+                "sk": pa.array(sk),
+                "payload": fixed_payload(rng, n_rows, self.payload_bytes),
+            },
+            schema=self.schema,
+        )
+
+    def segment(self, i: int) -> pa.Table:
+        """Segment ``i`` (rows ``i * segment_rows`` to ``(i + 1) * segment_rows - 1``)."""
+        return self.table(i * self.segment_rows, self.segment_rows, i)
+
+
+def synthetic_master(n_master: int, n_keys: int | None = None, seed: int = 0, payload_bytes: int = 16) -> pa.Table:
+    """Build the master table R of the synthetic data set (see :func:`generate_synthetic`)."""
+    if n_master < 1:
+        raise ConfigError(f"n_master must be >= 1, got {n_master}")
+    domain = n_master if n_keys is None else n_keys
+    if domain < 1:
+        raise ConfigError(f"n_keys must be >= 1, got {domain}")
+    rng = np.random.default_rng([seed, 0])
+    return pa.table(
+        {
+            "mid": pa.array(np.arange(n_master, dtype=np.int64)),
+            "mk": pa.array(rng.integers(0, domain, size=n_master, dtype=np.int64)),
+            "attr": pa.array(rng.integers(0, 1 << 31, size=n_master, dtype=np.int64)),
+            "mpayload": fixed_payload(rng, n_master, payload_bytes),
+        }
+    )
+
+
 def generate_synthetic(
     n_master: int,
     n_stream: int,
@@ -73,7 +162,7 @@ def generate_synthetic(
     master_payload_bytes: int = 16,
     drift_at: float | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """The paper's synthetic data set; returns ``(stream, master)``.
+    """Generate the paper's synthetic data set; returns ``(stream, master)``.
 
     * master: ``mid`` (unique, primary key), ``mk`` (join value, uniform with repetition
       over ``[0, n_keys)``), ``attr``, ``mpayload`` (``master_payload_bytes`` bytes);
@@ -85,40 +174,17 @@ def generate_synthetic(
     ``drift_at`` (a fraction of the stream) switches to another rank permutation from
     that position on, so the hot set changes mid-stream.
     """
-    if n_master < 1 or n_stream < 0:
-        raise ConfigError(f"need n_master >= 1 and n_stream >= 0, got {n_master}, {n_stream}")
-    domain = n_master if n_keys is None else n_keys
-    if domain < 1:
-        raise ConfigError(f"n_keys must be >= 1, got {domain}")
+    if n_stream < 0:
+        raise ConfigError(f"n_stream must be >= 0, got {n_stream}")
     if drift_at is not None and not 0.0 <= drift_at <= 1.0:
         raise ConfigError(f"drift_at must be a fraction in [0, 1], got {drift_at}")
-    rng = np.random.default_rng(seed)
-
-    mk = rng.integers(0, domain, size=n_master, dtype=np.int64)
-    master = pa.table(
-        {
-            "mid": pa.array(np.arange(n_master, dtype=np.int64)),
-            "mk": pa.array(mk),
-            "attr": pa.array(rng.integers(0, 1 << 31, size=n_master, dtype=np.int64)),
-            "mpayload": fixed_payload(rng, n_master, master_payload_bytes),
-        }
+    master = synthetic_master(n_master, n_keys, seed, master_payload_bytes)
+    domain = n_master if n_keys is None else n_keys
+    drift_after = None if drift_at is None else round(drift_at * n_stream)
+    source = SyntheticStream(
+        domain, skew, seed, stream_payload_bytes, segment_rows=max(n_stream, 1), drift_after=drift_after
     )
-
-    ranks = zipf_ranks(rng, n_stream, domain, skew)
-    perm = rng.permutation(domain).astype(np.int64)
-    sk = perm[ranks]
-    if drift_at is not None:
-        cut = int(round(drift_at * n_stream))
-        perm2 = rng.permutation(domain).astype(np.int64)
-        sk[cut:] = perm2[ranks[cut:]]
-    stream = pa.table(
-        {
-            "sid": pa.array(np.arange(n_stream, dtype=np.int64)),
-            "sk": pa.array(sk),
-            "payload": fixed_payload(rng, n_stream, stream_payload_bytes),
-        }
-    )
-    return stream, master
+    return source.table(0, n_stream, 0), master
 
 
 def tpchgen_binary() -> str:
@@ -160,8 +226,15 @@ def tpch(scale: float, out_dir: str | Path) -> tuple[pa.Table, pa.Table]:
     files = {t: out / f"{t}.parquet" for t in ("orders", "customer")}
     if not all(p.exists() for p in files.values()):
         cmd = [
-            tpchgen_binary(), "parquet", "-s", f"{scale:g}", "--tables=customer,orders",
-            f"--output-dir={out}", "--overwrite", "--no-progress", "--quiet",
+            tpchgen_binary(),
+            "parquet",
+            "-s",
+            f"{scale:g}",
+            "--tables=customer,orders",
+            f"--output-dir={out}",
+            "--overwrite",
+            "--no-progress",
+            "--quiet",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
         if proc.returncode != 0:
@@ -171,7 +244,7 @@ def tpch(scale: float, out_dir: str | Path) -> tuple[pa.Table, pa.Table]:
     return orders, customer
 
 
-def key_stats(stream: pa.Table, master: pa.Table, skey: str, mkey: str) -> dict[str, float]:
+def key_stats(stream: pa.Table, master: pa.Table, skey: str, mkey: str) -> dict[str, float | int]:
     """Shape of a join: duplicate master values, unmatched stream tuples, top-key share."""
     mvals = np.asarray(master.column(mkey).to_numpy(), dtype=np.int64)
     svals = np.asarray(stream.column(skey).to_numpy(), dtype=np.int64)
@@ -179,12 +252,12 @@ def key_stats(stream: pa.Table, master: pa.Table, skey: str, mkey: str) -> dict[
     uniq_s, counts_s = np.unique(svals, return_counts=True)
     matched = pc.is_in(pa.array(svals), value_set=pa.array(uniq_m)).to_numpy(zero_copy_only=False)
     return {
-        "master_rows": int(len(mvals)),
-        "master_distinct_keys": int(len(uniq_m)),
+        "master_rows": len(mvals),
+        "master_distinct_keys": len(uniq_m),
         "master_duplicate_rows": int(len(mvals) - len(uniq_m)),
         "master_max_rows_per_key": int(counts_m.max()) if len(counts_m) else 0,
-        "stream_rows": int(len(svals)),
-        "stream_distinct_keys": int(len(uniq_s)),
+        "stream_rows": len(svals),
+        "stream_distinct_keys": len(uniq_s),
         "stream_unmatched_share": float(1.0 - np.mean(matched)) if len(svals) else 0.0,
         "stream_top_key_share": float(counts_s.max() / len(svals)) if len(svals) else 0.0,
     }
