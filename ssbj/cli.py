@@ -81,9 +81,7 @@ def parse_size(text: str) -> int:
     """
     m = _SIZE_RE.match(text)
     if m is None:
-        raise ConfigError(
-            f"bad --memory value {text!r}: expected a size such as 64MB, 1.5GiB, 500kB or 1048576"
-        )
+        raise ConfigError(f"bad --memory value {text!r}: expected a size such as 64MB, 1.5GiB, 500kB or 1048576")
     number, unit = float(m.group(1)), m.group(2).lower()
     if unit != "b" and unit.endswith("b"):
         unit = unit[:-1]
@@ -117,9 +115,7 @@ def _parse_columns(text: str) -> list[str]:
     """Column names of ``--master-columns``: comma-separated, non-empty, no duplicates."""
     names = [c.strip() for c in text.split(",")]
     if not text.strip() or any(not c for c in names):
-        raise ConfigError(
-            f"bad --master-columns {text!r}: expected comma-separated column names such as c1,c2"
-        )
+        raise ConfigError(f"bad --master-columns {text!r}: expected comma-separated column names such as c1,c2")
     dupes = sorted({c for c in names if names.count(c) > 1})
     if dupes:
         raise ConfigError(f"bad --master-columns {text!r}: column(s) {', '.join(dupes)} repeated")
@@ -140,9 +136,7 @@ def _file_format(path: Path, role: str) -> str:
         return "parquet"
     if name.endswith((".csv", ".csv.gz")):
         return "csv"
-    raise InputError(
-        f"{role} file {path} has an unsupported file type (expected .parquet, .pq, .csv or .csv.gz)"
-    )
+    raise InputError(f"{role} file {path} has an unsupported file type (expected .parquet, .pq, .csv or .csv.gz)")
 
 
 def _read_error(role: str, path: Path, fmt: str, exc: BaseException) -> InputError:
@@ -169,9 +163,7 @@ def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
         yield pa.Table.from_batches(pending)
 
 
-def _guarded(
-    batches: Iterable[pa.RecordBatch], role: str, path: Path, fmt: str
-) -> Iterator[pa.RecordBatch]:
+def _guarded(batches: Iterable[pa.RecordBatch], role: str, path: Path, fmt: str) -> Iterator[pa.RecordBatch]:
     """Re-raise read errors that happen mid-file as InputError."""
     try:
         yield from batches
@@ -187,9 +179,7 @@ def _open_stream(path: Path, fmt: str, batch_rows: int) -> tuple[pa.Schema, Iter
             schema = pf.schema_arrow
             raw: Iterable[pa.RecordBatch] = pf.iter_batches(batch_size=batch_rows)
         else:
-            reader = pacsv.open_csv(
-                path, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES)
-            )
+            reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES))
             schema = reader.schema
             raw = reader
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -227,9 +217,7 @@ def _check_key(schema: pa.Schema, key: str, role: str, path: Path) -> None:
         )
 
 
-def _check_key_types(
-    stream_schema: pa.Schema, skey: str, master_schema: pa.Schema, mkey: str
-) -> None:
+def _check_key_types(stream_schema: pa.Schema, skey: str, master_schema: pa.Schema, mkey: str) -> None:
     """InputError stating both types if the key columns cannot be joined."""
     st, mt = stream_schema.field(skey).type, master_schema.field(mkey).type
     try:
@@ -240,8 +228,7 @@ def _check_key_types(
         except InputError:
             reason = str(exc)
         raise InputError(
-            f"cannot join stream key {skey!r} of type {st} with master key {mkey!r} of type {mt}: "
-            f"{reason}"
+            f"cannot join stream key {skey!r} of type {st} with master key {mkey!r} of type {mt}: {reason}"
         ) from exc
 
 
@@ -356,9 +343,7 @@ def _cmd_join(args: argparse.Namespace) -> int:
     del master_csv
 
     first = next(batches, None)
-    v_s = (
-        _mean_row_bytes(first.slice(0, _SAMPLE_ROWS)) if first is not None else _FALLBACK_ROW_BYTES
-    )
+    v_s = _mean_row_bytes(first.slice(0, _SAMPLE_ROWS)) if first is not None else _FALLBACK_ROW_BYTES
     v_r = _mean_row_bytes(master.select(proj))
     plan = plan_memory(budget, master.num_rows, v_s, v_r, model)
     spec = JoinSpec(
@@ -485,9 +470,7 @@ def _demo_run(
         chunk_bytes=max(1, plan.chunk_bytes),
         memory_budget=budget,
     )
-    op = SemiStreamJoin(
-        spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema
-    )
+    op = SemiStreamJoin(spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema)
     stats = _RunStats(keep_cycles=True)
     enriched = unmatched = 0
     t0 = time.perf_counter()
@@ -580,8 +563,7 @@ def _cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         bench_cli = importlib.import_module("ssbj.bench.cli")
     except ImportError as exc:
         raise ConfigError(
-            "the bench command needs the benchmark extras (pip install 'ssbj[bench]'): "
-            f"{_one_line(exc)}"
+            f"the bench command needs the benchmark extras (pip install 'ssbj[bench]'): {_one_line(exc)}"
         ) from exc
     parser = _Parser(prog=f"{PROG} bench", description="Run the SSBJ / MESHJOIN benchmarks.")
     bench_cli.add_arguments(parser)
@@ -621,9 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
             "KiB/MiB/GiB/TiB powers of 1024, a bare number is bytes"
         ),
     )
-    join.add_argument(
-        "--master-columns", help="comma-separated master columns to add (default: all)"
-    )
+    join.add_argument("--master-columns", help="comma-separated master columns to add (default: all)")
     join.add_argument("--stats", action="store_true", help="print a JSON report to stdout")
     join.add_argument(
         "--batch-rows",
@@ -631,9 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_BATCH_ROWS,
         help=f"stream rows per arriving batch (default {DEFAULT_BATCH_ROWS:,})",
     )
-    join.add_argument(
-        "--switch-factor", type=float, default=1.0, help="cache switch factor s_f (default 1.0)"
-    )
+    join.add_argument("--switch-factor", type=float, default=1.0, help="cache switch factor s_f (default 1.0)")
     join.add_argument("--calibration", help="cost-model constants (JSON from CostConstants.save)")
     join.set_defaults(handler=lambda a, _extra: _cmd_join(a))
 
@@ -643,17 +621,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate a skewed stream and master data in memory and run both algorithms.",
     )
     demo.add_argument("--rows", type=int, default=2_000_000, help="stream rows (default 2,000,000)")
-    demo.add_argument(
-        "--master-rows", type=int, default=200_000, help="master rows R_t (default 200,000)"
-    )
+    demo.add_argument("--master-rows", type=int, default=200_000, help="master rows R_t (default 200,000)")
     demo.add_argument("--skew", type=float, default=1.0, help="Zipf skew of the stream keys")
     demo.add_argument("--algorithm", choices=("both", "ssbj", "meshjoin"), default="both")
     demo.add_argument("--memory", default="8MB", help="memory budget of each run (default 8MB)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
-    demo.add_argument(
-        "--cycles", type=int, default=6, help="R-cycles to print per algorithm (default 6)"
-    )
+    demo.add_argument("--cycles", type=int, default=6, help="R-cycles to print per algorithm (default 6)")
     demo.set_defaults(handler=lambda a, _extra: _cmd_demo(a))
 
     bench = sub.add_parser(

@@ -15,6 +15,7 @@ import pytest
 
 from ssbj.bench import cli
 from ssbj.bench.datagen import SyntheticStream, generate_synthetic, key_stats
+from ssbj.core import CostConstants
 
 
 def _top_share(keys: np.ndarray) -> float:
@@ -71,8 +72,12 @@ def test_stream_segments_continue() -> None:
 def test_bench_cli_runs_one_experiment(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    args = parser.parse_args(["--scale", "small", "--only", "fig5a", "--out", str(tmp_path)])
+    calib = tmp_path / "calibration.json"
+    args = parser.parse_args(
+        ["--scale", "small", "--only", "fig5a", "--out", str(tmp_path), "--save-calibration", str(calib)]
+    )
     assert cli.run(args) == 0
+    assert CostConstants.load(calib).c_fixed >= 0  # the per-machine constants, for ssbj join --calibration
 
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["scale"] == "small"

@@ -26,9 +26,7 @@ OUT_COLS = ["sid", "sk", "attr", "mid", "mk", "attr_master", "mname"]
 MEMORY = "12kB"  # small enough that R is scanned in several partitions
 
 
-def make_tables(
-    key_type: str = "int", n_stream: int = 6000, seed: int = 1
-) -> tuple[pa.Table, pa.Table]:
+def make_tables(key_type: str = "int", n_stream: int = 6000, seed: int = 1) -> tuple[pa.Table, pa.Table]:
     """Skewed stream with NULL keys and unknown keys; master with duplicate and NULL keys."""
     rng = np.random.default_rng(seed)
     hot = rng.integers(0, 8, n_stream)  # a few hot keys: the cache should take them
@@ -124,9 +122,7 @@ def test_join_parquet_matches_reference(
     assert as_multiset(result) == batch_join(stream, master, "sk", "mk", MASTER_COLS)
     check_reconciles(report, out)
     assert report["memory_plan"]["k"] > 1
-    assert report["totals"]["null_keys"] == sum(
-        1 for k in stream.column("sk").to_pylist() if k is None
-    )
+    assert report["totals"]["null_keys"] == sum(1 for k in stream.column("sk").to_pylist() if k is None)
     if algorithm == "ssbj":
         assert report["totals"]["served_by_cache"] > 0  # the hot keys were cached
     else:
@@ -134,9 +130,7 @@ def test_join_parquet_matches_reference(
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
-def test_join_csv_matches_reference(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
-) -> None:
+def test_join_csv_matches_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str) -> None:
     stream, master = make_tables()
     s, m = tmp_path / f"stream{suffix}", tmp_path / f"master{suffix}"
     write_csv(s, stream)
@@ -152,9 +146,7 @@ def test_join_csv_matches_reference(
     check_reconciles(report, out)
 
 
-def test_join_mixed_formats_and_batching(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_join_mixed_formats_and_batching(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stream, master = make_tables(n_stream=2500)
     s = tmp_path / "stream.csv"
     write_csv(s, stream)
@@ -168,9 +160,7 @@ def test_join_mixed_formats_and_batching(
     assert as_multiset(pq.read_table(out)) == batch_join(stream, master, "sk", "mk", MASTER_COLS)
 
 
-def test_master_columns_projection_and_order(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_master_columns_projection_and_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stream, master = make_tables(n_stream=3000)
     s, m = write_parquet(tmp_path, stream, master)
     out = tmp_path / "out.parquet"
@@ -181,9 +171,7 @@ def test_master_columns_projection_and_order(
     check_reconciles(report, out)
 
 
-def test_master_columns_without_key_and_with_collision(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_master_columns_without_key_and_with_collision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stream, master = make_tables(n_stream=2000)
     s, m = write_parquet(tmp_path, stream, master)
     out = tmp_path / "out.parquet"
@@ -215,9 +203,7 @@ def test_stats_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert plan["b"] * plan["k"] >= master.num_rows
     assert plan["chunk_bytes"] > 0 and plan["predicted_service_rate"] > 0
     mem = report["memory"]
-    assert (
-        set(mem["end"]) == set(mem["peak"]) >= {"h_s", "h_r", "disk_buffer", "key_table", "total"}
-    )
+    assert set(mem["end"]) == set(mem["peak"]) >= {"h_s", "h_r", "disk_buffer", "key_table", "total"}
     assert all(mem["peak"][k] >= mem["end"][k] for k in mem["end"] if k != "entries")
     c_loop = report["c_loop"]
     assert c_loop["steps"] == report["totals"]["steps"]
@@ -406,9 +392,7 @@ def _tiny_generate_synthetic(
     rng = np.random.default_rng(seed)
     n_keys = n_keys or n_master
     p = np.arange(1, n_keys + 1, dtype=np.float64) ** -skew
-    sk = rng.choice(
-        n_keys + 10, size=n_stream, p=np.concatenate([p / p.sum() * 0.95, np.full(10, 0.005)])
-    )
+    sk = rng.choice(n_keys + 10, size=n_stream, p=np.concatenate([p / p.sum() * 0.95, np.full(10, 0.005)]))
     mk = np.arange(n_master) % n_keys
     stream = pa.table(
         {
@@ -487,9 +471,7 @@ def test_demo_single_algorithm_and_errors(capsys: pytest.CaptureFixture[str]) ->
 
 
 # ---------------------------------------------------------------------- bench
-def test_bench_delegates(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bench_delegates(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[Any] = []
     fake = types.ModuleType("ssbj.bench.cli")
 
@@ -512,9 +494,7 @@ def test_bench_delegates(
     assert capsys.readouterr().err.startswith("ssbj: error: unrecognized arguments: --bogus")
 
 
-def test_bench_unavailable(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bench_unavailable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "ssbj.bench.cli", None)
     assert main(["bench"]) == 2
     err = capsys.readouterr().err
@@ -540,11 +520,7 @@ def test_csv_type_change_mid_stream(
 
     monkeypatch.setattr(cli, "_CSV_BLOCK_BYTES", 1024)
     s = tmp_path / "stream.csv"
-    rows = (
-        ["sid,sk,x"]
-        + [f"{i},{i % 7}," for i in range(300)]
-        + [f"{i},{i % 7},oops" for i in range(300)]
-    )
+    rows = ["sid,sk,x"] + [f"{i},{i % 7}," for i in range(300)] + [f"{i},{i % 7},oops" for i in range(300)]
     s.write_text("\n".join(rows) + "\n")
     _, master = make_tables(n_stream=10)
     m = tmp_path / "master.parquet"

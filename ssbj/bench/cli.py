@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ssbj.bench.experiments import EXPERIMENTS, PRESETS, run_experiments
+from ssbj.core import CostConstants
 from ssbj.errors import SSBJError
 
 __all__ = ["add_arguments", "machine_info", "run", "summarize"]
@@ -63,6 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="data generator seed")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNGs")
+    parser.add_argument(
+        "--save-calibration",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the cost-model constants fitted on this machine to FILE (for 'ssbj join --calibration')",
+    )
 
 
 def _version(pkg: str) -> str | None:
@@ -307,6 +315,13 @@ def run(args: argparse.Namespace) -> int:
     doc["machine"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     doc["summary"] = summarize(doc["experiments"])
     path.write_text(json.dumps(doc, indent=1, default=_json_default))
+    if args.save_calibration is not None:
+        calib = doc["experiments"].get("calibration")
+        if calib is None:
+            print("ssbj bench: --save-calibration needs the calibration experiment", file=sys.stderr)
+            return 2
+        CostConstants(**calib["constants_ns"]).save(args.save_calibration)
+        print(f"cost-model constants of this machine written to {args.save_calibration}")
     pngs = [] if args.no_plots else _plots(doc["experiments"], out)
     print(
         f"ssbj bench --scale {args.scale}: {doc['seconds']:.0f}s, results in {path}"
@@ -328,6 +343,8 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--seed", str(args.seed)]
     if args.no_plots:
         parts.append("--no-plots")
+    if args.save_calibration is not None:
+        parts += ["--save-calibration", str(args.save_calibration)]
     return shlex.join(parts)
 
 
