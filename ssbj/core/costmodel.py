@@ -83,7 +83,7 @@ class CostModel:
 
 
 def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
-    """Fit the constants to measured (step, c_loop seconds) samples by least squares.
+    """Fit the constants to measured (step, c_loop seconds) samples by relative least squares.
 
     Eq. 2 is linear in the constants; only the sums that multiply one feature (b, w_N,
     w_S, outputs) are identifiable from whole-step timings, so the fit keeps those sums
@@ -93,7 +93,10 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
         raise ConfigError("calibration needs at least 5 measured steps")
     x = np.array([[1.0, s.b, s.w_n, s.w_s, s.n_out] for s, _ in samples])
     y = np.array([t * 1e9 for _, t in samples])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    # relative least squares (each row divided by its measurement): steps of every size
+    # count alike, so the fit holds from tiny to large iterations instead of only the large
+    wgt = 1.0 / np.maximum(y, 1.0)
+    coef, *_ = np.linalg.lstsq(x * wgt[:, None], y * wgt, rcond=None)
     coef = np.maximum(coef, 0.0)
     c_fixed, g_b, g_n, g_s, c_o = (float(v) for v in coef)
     # Eq. 2 groups: g_b = c_io + c_h + c_b, g_n = c_s + c_h, g_s = c_e + c_s + c_a.

@@ -194,6 +194,7 @@ class SemiStreamJoin:
         self._hs_chunk_bytes = 0  # bytes of the chunks in Q
         self._sb_bytes = 0
         self._sb_peak = 0
+        self._disk_buffer_peak = 0
         self._hr_bytes = 0
         self._buffer_bytes = 0  # row bytes not yet read by the cache phase
         self._cached_entries = 0  # join values served by H_R
@@ -347,7 +348,9 @@ class SemiStreamJoin:
         mem = self.memory()
         # s_B fills during a switching R-cycle: keep room for the largest one seen so far
         sb = max(mem.switching_buffer, self._sb_peak)
-        avail = budget - (mem.disk_buffer + mem.h_r + sb + self._k * _CHUNK_BYTES)
+        # the disk buffer is as large as the largest partition (the last one may be short)
+        disk = max(mem.disk_buffer, self._disk_buffer_peak)
+        avail = budget - (disk + mem.h_r + sb + self._k * _CHUNK_BYTES)
         lo, hi = self.spec.min_chunk_bytes, max(self.spec.min_chunk_bytes, avail // max(self._k, 1))
         pinned = self._cached_entries + self._switching_entries()
         while lo < hi:  # largest chunk whose H_S, ring and key table fit in what is left
@@ -481,6 +484,7 @@ class SemiStreamJoin:
     def _disk_phase(self, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
         """Probe H_S with every tuple of the disk buffer (with the cache-migration instrumentation)."""
         self._disk_buffer_bytes = part.nbytes
+        self._disk_buffer_peak = max(self._disk_buffer_peak, self._disk_buffer_bytes)
         if part.num_rows == 0:
             return
         mk = encode_keys(part.column(0), self._family)
@@ -777,6 +781,7 @@ class SemiStreamJoin:
             "hr_bytes": self._hr_bytes,
             "sb_bytes": self._sb_bytes,
             "sb_peak": self._sb_peak,
+            "disk_buffer_peak": self._disk_buffer_peak,
             "buffer_bytes": self._buffer_bytes,
             "vs_avg": self._vs_avg,
             "vr_avg": self._vr_avg,
@@ -814,7 +819,7 @@ class SemiStreamJoin:
         op._chunk_bytes, op._disk_buffer_bytes = m["chunk_bytes"], m["disk_buffer_bytes"]
         op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
         op._hr_bytes, op._sb_bytes, op._buffer_bytes = m["hr_bytes"], m["sb_bytes"], m["buffer_bytes"]
-        op._sb_peak = m["sb_peak"]
+        op._sb_peak, op._disk_buffer_peak = m["sb_peak"], m["disk_buffer_peak"]
         counters = dict(m["counters"])
         op._c = _Counters(**counters)
         op._hr_version, op._sb_seq = m["hr_version"], m["sb_seq"]
