@@ -109,6 +109,8 @@ def test_bench_cli_runs_one_experiment(tmp_path: Path) -> None:
     assert "ssbj_vs_meshjoin_skew1_mem1pct" in targets
     assert targets["ssbj_vs_meshjoin_skew1_mem1pct"]["status"]
     assert (tmp_path / "fig5a.png").stat().st_size > 0
+    report = (tmp_path / "README.md").read_text()
+    assert "ssbj bench --scale small" in report and "| fig5a |" in report
 
 
 def test_unknown_experiment_is_rejected() -> None:

@@ -269,6 +269,42 @@ def _print_summary(summary: Json, out: Any) -> None:
             print(f"  {t['what']}: {val} (target >= {t['threshold']:g}): {t['status']}", file=out)
 
 
+def write_report(doc: Json, path: Path) -> None:
+    """Write the run as Markdown: command, machine, summary table, target checks."""
+    m = doc["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
+    lines = [
+        "# Benchmark results",
+        "",
+        "Produced by this command, from the repository root, after `./scripts/demo.sh` or",
+        "`scripts/setup.sh dev` has created `.venv`:",
+        "",
+        "```bash",
+        f".venv/bin/{doc['command']}",
+        "```",
+        "",
+        f"Run {doc.get('started', '?')} to {doc.get('finished', '?')} ({doc.get('seconds', 0):.0f} s) on "
+        f"{m.get('nproc')} cores, {m.get('memory_bytes', 0) / 2**30:.0f} GiB, {m.get('platform')}, "
+        f"Python {m.get('python')}; {versions}. Load average at start {m.get('loadavg')}, "
+        f"at end {m.get('loadavg_end')}.",
+        "",
+        "All rates are SSBJ and MESHJOIN measured side by side in one process on the same data "
+        "(median of interleaved repetitions); read the ratios, not the absolute numbers. "
+        "`results.json` holds every measurement, `*.png` the plots.",
+        "",
+    ]
+    rows = [doc["summary"]["header"], *doc["summary"]["rows"]]
+    lines.append("| " + " | ".join(rows[0]) + " |")
+    lines.append("|" + "---|" * len(rows[0]))
+    lines.extend("| " + " | ".join(r) + " |" for r in rows[1:])
+    lines += ["", "## Targets (read from the benchmark, not asserted in tests)", ""]
+    for t in doc["summary"]["targets"].values():
+        v = t["value"]
+        val = "-" if v is None else (f"{v:,.0f}" if t["threshold"] >= 100 else f"{v:.2f}")
+        lines.append(f"* {t['what']}: **{val}** (target >= {t['threshold']:g}): {t['status']}")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``ssbj bench``; returns the exit code."""
     preset = PRESETS[args.scale]
@@ -322,6 +358,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         CostConstants(**calib["constants_ns"]).save(args.save_calibration)
         print(f"cost-model constants of this machine written to {args.save_calibration}")
+    write_report(doc, out / "README.md")
     pngs = [] if args.no_plots else _plots(doc["experiments"], out)
     print(
         f"ssbj bench --scale {args.scale}: {doc['seconds']:.0f}s, results in {path}"
