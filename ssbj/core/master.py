@@ -6,6 +6,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from ssbj.core.arrowtypes import plain_table
 from ssbj.errors import ConfigError
 
 
@@ -42,7 +43,7 @@ class ArrowMaster:
     def __init__(self, table: pa.Table, partition_rows: int) -> None:
         if partition_rows < 1:
             raise ConfigError(f"partition_rows (b) must be >= 1, got {partition_rows}")
-        self._table = table
+        self._table = plain_table(table)
         self._b = partition_rows
 
     @property

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssbj.core import kernels as K
+from ssbj.core.arrowtypes import plain_schema, plain_table
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
 from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, needs_verification
@@ -131,6 +132,8 @@ class SemiStreamJoin:
         self.spec = spec
         self.master = master
         self.cost_model = cost_model or CostModel()
+        stream_schema = plain_schema(stream_schema)
+        master_schema = plain_schema(master_schema)
         if spec.stream_key not in stream_schema.names:
             raise InputError(f"stream key column {spec.stream_key!r} not in stream columns {stream_schema.names}")
         if spec.master_key not in master_schema.names:
@@ -265,7 +268,7 @@ class SemiStreamJoin:
         w_n, w_s, w_null = self._cache_phase(pairs, unmatched)
         t2 = time.perf_counter()
         p = self._p
-        part = self.master.read_partition(p).select(self._mcols)
+        part = plain_table(self.master.read_partition(p).select(self._mcols))
         t3 = time.perf_counter()
         self._disk_phase(part, fsm, pairs)
         if new_cycle and self.spec.memory_budget is not None and self._step == self._cycle_start.get(1):

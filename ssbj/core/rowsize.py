@@ -30,6 +30,10 @@ def _column_bytes(col: pa.ChunkedArray, n: int) -> np.ndarray | int:
 
 
 def _lengths(col: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_string_view(col.type):
+        col = col.cast(pa.large_string())  # binary_length has no kernel for views
+    elif pa.types.is_binary_view(col.type):
+        col = col.cast(pa.large_binary())
     out: np.ndarray = np.asarray(pc.fill_null(pc.binary_length(col), 0).to_numpy(), dtype=np.int64)
     return out
 

@@ -1,0 +1,29 @@
+"""Arrow type normalisation at the operator's boundary.
+
+Some Arrow kernels the operator relies on (``take``, ``binary_length``) have no kernels for
+the view layouts (``string_view``, ``binary_view``) that newer Parquet writers produce, so
+view columns are turned into their large counterparts when they enter the operator.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    return t
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with view types replaced by large string/binary."""
+    return pa.schema([f.with_type(_plain(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def plain_table(table: pa.Table) -> pa.Table:
+    """``table`` cast to :func:`plain_schema` (no copy when there is nothing to change)."""
+    target = plain_schema(table.schema)
+    return table if target.equals(table.schema) else table.cast(target)
