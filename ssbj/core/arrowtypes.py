@@ -19,11 +19,11 @@ def _plain(t: pa.DataType) -> pa.DataType:
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with view types replaced by large string/binary."""
+    """Return ``schema`` with view types replaced by large string/binary."""
     return pa.schema([f.with_type(_plain(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def plain_table(table: pa.Table) -> pa.Table:
-    """``table`` cast to :func:`plain_schema` (no copy when there is nothing to change)."""
+    """Return ``table`` cast to :func:`plain_schema` (no copy when there is nothing to change)."""
     target = plain_schema(table.schema)
     return table if target.equals(table.schema) else table.cast(target)
