@@ -67,7 +67,7 @@ def _check_counts(op: SemiStreamJoin) -> None:
     assert t["tuples_in"] == t["matched_source_rows"] + t["unmatched_source_rows"] + t["waiting"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_equals_batch_join(sc: dict[str, Any]) -> None:
     stream, master = _tables(sc)
@@ -84,7 +84,7 @@ def test_equals_batch_join(sc: dict[str, Any]) -> None:
     _check_counts(op)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_exact_across_save_restore(sc: dict[str, Any], tmp_path_factory: Any) -> None:
     stream, master = _tables(sc)
