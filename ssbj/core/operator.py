@@ -21,6 +21,7 @@ from ssbj.core import kernels as K
 from ssbj.core.arrowtypes import plain_schema, plain_table
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
+from ssbj.core.hsrows import HSRows
 from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, needs_verification
 from ssbj.core.keytable import KeyTable
 from ssbj.core.master import MasterScan
@@ -90,8 +91,7 @@ class _Chunk:
     base: int  # first slot
     n: int
     p0: int  # partition loaded in the step the chunk entered
-    table: pa.Table  # the stream tuples
-    nbytes: int
+    nbytes: int  # row bytes of its stream tuples (the rows themselves live in HSRows)
 
 
 @dataclass
@@ -182,6 +182,7 @@ class SemiStreamJoin:
         self._live_lo = 0
         self._next_slot = 0
         self._queue: deque[_Chunk] = deque()
+        self._hs_rows = HSRows(self.stream_schema)
         self._hr_table = self._master_layout.empty_table()
         self._hr_keys = np.zeros(0, dtype=np.int64)
         self._hr_part = np.zeros(0, dtype=np.int64)
@@ -445,8 +446,8 @@ class SemiStreamJoin:
                 w_s += len(miss_idx)
             if buf.pos >= buf.table.num_rows:
                 self._buffer.popleft()
-            if consumed == 0:
-                break
+            else:
+                break  # stopped inside the batch: the chunk is full or max_step_tuples reached
         self._c.served_cache += w_n
         self._c.null_keys += w_null
         if miss_tables:
@@ -480,7 +481,8 @@ class SemiStreamJoin:
             self._step,
         )
         self._hs_live += n
-        self._queue.append(_Chunk(self._next_slot, n, self._p, table, int(rb.sum())))
+        self._hs_rows.append(self._next_slot, table)
+        self._queue.append(_Chunk(self._next_slot, n, self._p, int(rb.sum())))
         self._hs_chunk_bytes += self._queue[-1].nbytes
         self._next_slot += n
 
@@ -544,8 +546,9 @@ class SemiStreamJoin:
             self._c.served_disk += live
             self._c.matched += live - len(um)
             if len(um):
-                unmatched.append(ch.table.take(um - ch.base))
+                unmatched.append(self._hs_rows.take(um))
             self._live_lo = self._queue[0].base if self._queue else self._next_slot
+            self._hs_rows.drop_before(self._live_lo)
 
     def _switch_in(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> None:
         bases = np.array([c.base for c in self._queue], dtype=np.int64)
@@ -646,29 +649,8 @@ class SemiStreamJoin:
             pairs.append((s, m))
 
     def _take_slots(self, slots: np.ndarray) -> pa.Table:
-        """Stream tuples of H_S slots, gathered chunk by chunk (result in ``slots`` order)."""
-        if len(self._queue) == 1:
-            ch = self._queue[0]
-            return ch.table.take(slots - ch.base)
-        if len(self._queue) > 8:
-            # slots of consecutive chunks are consecutive: one take over the chunked table
-            # beats one take per chunk when chunks are many and small
-            return pa.concat_tables([c.table for c in self._queue]).take(slots - self._queue[0].base)
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        bases = np.array([c.base for c in self._queue], dtype=np.int64)
-        cidx = np.searchsorted(bases, sorted_slots, side="right") - 1
-        bounds = np.flatnonzero(np.diff(cidx)) + 1
-        pieces = []
-        for seg in np.split(np.arange(len(sorted_slots)), bounds):
-            if len(seg) == 0:
-                continue
-            ch = self._queue[int(cidx[seg[0]])]
-            pieces.append(ch.table.take(sorted_slots[seg] - ch.base))
-        t = pa.concat_tables(pieces) if pieces else self.stream_schema.empty_table()
-        inv = np.empty_like(order)
-        inv[order] = np.arange(len(order))
-        return t.take(inv)
+        """Stream tuples of H_S slots, in ``slots`` order."""
+        return self._hs_rows.take(slots)
 
     def _assemble(self, pairs: list[tuple[pa.Table, pa.Table]]) -> pa.Table:
         if not pairs:
@@ -724,7 +706,8 @@ class SemiStreamJoin:
             name = f"chunk-{ch.base}.arrow"
             if not store.exists(name):
                 sl = np.arange(ch.base, ch.base + ch.n, dtype=np.int64) & (len(self._ring_key) - 1)
-                t = ch.table.append_column("__ssbj_key", pa.array(self._ring_key[sl]))
+                rows = self._hs_rows.take(np.arange(ch.base, ch.base + ch.n, dtype=np.int64))
+                t = rows.append_column("__ssbj_key", pa.array(self._ring_key[sl]))
                 t = t.append_column("__ssbj_next", pa.array(self._ring_next[sl]))
                 t = t.append_column("__ssbj_bytes", pa.array(self._ring_bytes[sl]))
                 store.write_table(name, t)
@@ -839,7 +822,8 @@ class SemiStreamJoin:
             op._ring_key[sl] = t.column("__ssbj_key").to_numpy()
             op._ring_next[sl] = t.column("__ssbj_next").to_numpy()
             op._ring_bytes[sl] = t.column("__ssbj_bytes").to_numpy()
-            op._queue.append(_Chunk(c["base"], c["n"], c["p0"], t.drop_columns(internal), c["nbytes"]))
+            op._queue.append(_Chunk(c["base"], c["n"], c["p0"], c["nbytes"]))
+            op._hs_rows.append(c["base"], t.drop_columns(internal))
             op._hs_chunk_bytes += c["nbytes"]
         hr = store.read_table(m["hr"])
         op._hr_keys = hr.column("__ssbj_key").to_numpy().astype(np.int64)
