@@ -41,7 +41,7 @@ class KeyTable:
 
     @staticmethod
     def bytes_for(entries: int) -> int:
-        """Bytes :meth:`reserve` allocates for ``entries`` values."""
+        """Most bytes ``entries`` values can take (index at 50% load, one record each)."""
         return _pow2(2 * entries + 2) * INDEX_SLOT_BYTES + max(entries, 32) * RECORD_BYTES
 
     def live(self) -> np.ndarray:
@@ -67,13 +67,13 @@ class KeyTable:
         if (self.used + self.tombs + n_new) * 10 > len(self.tkeys) * 7:
             self._rehash(_pow2(2 * (self.used + n_new) + 2))
 
-    def reserve(self, entries: int) -> None:
-        """Size index and records for ``entries`` values (grow or shrink, never below use)."""
+    def shrink(self, entries: int) -> None:
+        """Release index slots and records beyond what ``entries`` values need (never below use)."""
         recs = max(entries, self.used, 32)
-        if recs != len(self.rstate):
+        if recs < len(self.rstate):
             self._resize_records(recs)
         cap = max(_pow2(2 * entries + 2), _pow2(2 * (self.used + 1)))
-        if cap != len(self.tkeys):
+        if cap < len(self.tkeys):
             self._rehash(cap)
 
     def _rehash(self, cap: int) -> None:

@@ -383,10 +383,14 @@ class SemiStreamJoin:
         return self._k * chunk_bytes + ring * _SLOT_BYTES + KeyTable.bytes_for(entries)
 
     def _reserve(self, chunk_bytes: int, pinned: int) -> None:
-        """Size the ring and the key table for the coming R-cycle (grow or shrink)."""
+        """Bound the ring and the key table by what the coming R-cycle can need."""
         ring, entries = self._capacities(chunk_bytes, pinned)
-        self._resize_ring(max(ring, _pow2(self._next_slot - self._live_lo)))
-        self._kt.reserve(entries)
+        # shrink what the coming R-cycle cannot need; growth stays on demand (and cannot
+        # pass these sizes), so a small input does not allocate the whole budget up front
+        ring = max(ring, _pow2(self._next_slot - self._live_lo))
+        if len(self._ring_key) > ring:
+            self._resize_ring(ring)
+        self._kt.shrink(entries)
 
     def _switching_entries(self) -> int:
         if not self._use_cache:
