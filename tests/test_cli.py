@@ -378,51 +378,6 @@ def test_parse_size_rejects(text: str) -> None:
 
 
 # ---------------------------------------------------------------------- demo
-def _tiny_generate_synthetic(
-    n_master: int,
-    n_stream: int,
-    skew: float,
-    n_keys: int | None = None,
-    seed: int = 0,
-    stream_payload_bytes: int = 16,
-    master_payload_bytes: int = 16,
-    drift_at: int | None = None,
-) -> tuple[pa.Table, pa.Table]:
-    """Stand-in for ssbj.bench.datagen.generate_synthetic while it does not exist."""
-    rng = np.random.default_rng(seed)
-    n_keys = n_keys or n_master
-    p = np.arange(1, n_keys + 1, dtype=np.float64) ** -skew
-    sk = rng.choice(n_keys + 10, size=n_stream, p=np.concatenate([p / p.sum() * 0.95, np.full(10, 0.005)]))
-    mk = np.arange(n_master) % n_keys
-    stream = pa.table(
-        {
-            "sid": np.arange(n_stream),
-            "sk": sk,
-            "payload": pa.array([b"x" * stream_payload_bytes] * n_stream),
-        }
-    )
-    master = pa.table(
-        {
-            "mid": np.arange(n_master),
-            "mk": mk,
-            "attr": rng.integers(0, 100, n_master),
-            "mpayload": pa.array([b"y" * master_payload_bytes] * n_master),
-        }
-    )
-    return stream, master
-
-
-@pytest.fixture
-def datagen(monkeypatch: pytest.MonkeyPatch) -> None:
-    try:
-        import ssbj.bench.datagen  # noqa: F401
-    except ImportError:
-        fake = types.ModuleType("ssbj.bench.datagen")
-        fake.generate_synthetic = _tiny_generate_synthetic  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "ssbj.bench.datagen", fake)
-
-
-@pytest.mark.usefixtures("datagen")
 def test_demo(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [
         "demo",
@@ -448,7 +403,6 @@ def test_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert any("incrementing" in line for line in lines)
 
 
-@pytest.mark.usefixtures("datagen")
 def test_demo_single_algorithm_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [
         "demo",
