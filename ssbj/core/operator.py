@@ -578,7 +578,7 @@ class SemiStreamJoin:
         done_unmatched = removed[self._ring_matched[removed & mask] == 0]
         self._c.matched += len(removed) - len(done_unmatched)
         if len(done_unmatched):
-            unmatched.append(self._take_slots(done_unmatched))
+            unmatched.append(self._hs_rows.take(done_unmatched))
 
     def _rebuild_hr(self) -> None:
         """Rebuild H_R from the rows of values still cached plus s_B, grouped by join value."""
@@ -620,18 +620,24 @@ class SemiStreamJoin:
             kv[e, K.HR_BYTES] = csum[starts + counts] - csum[starts]
 
     # ------------------------------------------------------------------ output
+    def _verified_mask(self, s: pa.Table, m: pa.Table) -> np.ndarray | None:
+        """Mask of pairs whose real key values agree, or None when all do (hashed keys only)."""
+        if not self._verify or s.num_rows == 0:
+            return None
+        ok = np.asarray(
+            pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool
+        )
+        return None if ok.all() else ok
+
     def _emit(
         self, pairs: list[tuple[pa.Table, pa.Table]], stream: pa.Table, ps: np.ndarray, pr: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Output pairs (stream row ps[i], H_R row pr[i]); returns the verified pairs."""
         s = stream.take(ps)
         m = self._hr_table.take(pr)
-        if self._verify and len(ps):
-            ok = np.asarray(
-                pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool
-            )
-            if not ok.all():
-                s, m, ps, pr = s.filter(ok), m.filter(ok), ps[ok], pr[ok]
+        ok = self._verified_mask(s, m)
+        if ok is not None:
+            s, m, ps, pr = s.filter(ok), m.filter(ok), ps[ok], pr[ok]
         if len(ps):
             pairs.append((s, m))
         return ps, pr
@@ -640,21 +646,15 @@ class SemiStreamJoin:
         self, pairs: list[tuple[pa.Table, pa.Table]], slots: np.ndarray, master: pa.Table, mrows: np.ndarray
     ) -> None:
         """Output pairs (H_S slot, master row); with hashed keys, verify and mark matches here."""
-        s = self._take_slots(slots)
+        s = self._hs_rows.take(slots)
         m = master.take(mrows)
         if self._verify:
-            ok = np.asarray(
-                pc.equal(s.column(self.spec.stream_key), m.column(0)).to_numpy(zero_copy_only=False), dtype=bool
-            )
-            if not ok.all():
+            ok = self._verified_mask(s, m)
+            if ok is not None:
                 s, m, slots = s.filter(ok), m.filter(ok), slots[ok]
             self._ring_matched[slots & (len(self._ring_matched) - 1)] = 1
         if len(slots):
             pairs.append((s, m))
-
-    def _take_slots(self, slots: np.ndarray) -> pa.Table:
-        """Stream tuples of H_S slots, in ``slots`` order."""
-        return self._hs_rows.take(slots)
 
     def _assemble(self, pairs: list[tuple[pa.Table, pa.Table]]) -> pa.Table:
         if not pairs:
