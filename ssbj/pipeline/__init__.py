@@ -1,0 +1,1 @@
+"""The streaming pipeline: source micro-batches -> SSBJ operator -> idempotent warehouse sinks."""
