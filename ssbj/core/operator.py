@@ -185,7 +185,8 @@ class SemiStreamJoin:
         self._hs_rows = HSRows(self.stream_schema)
         self._hr_table = self._master_layout.empty_table()
         self._hr_keys = np.zeros(0, dtype=np.int64)
-        self._hr_part = np.zeros(0, dtype=np.int64)
+        self._hr_part = np.zeros(0, dtype=np.int64)  # s_B partition tag (switch-in), k for older rows
+        self._hr_src = np.zeros(0, dtype=np.int64)  # partition each cached row was last read from
         self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
         self._sb_seq = 0
         self._hr_version = 0
@@ -271,7 +272,9 @@ class SemiStreamJoin:
         p = self._p
         part = plain_table(self.master.read_partition(p).select(self._mcols))
         t3 = time.perf_counter()
-        self._disk_phase(part, fsm, pairs)
+        mk = self._disk_phase(part, fsm, pairs)
+        if self._use_cache and len(self._hr_src) + self._cached_entries > 0:
+            self._refresh_hr(p, part, mk)
         if new_cycle and self.spec.memory_budget is not None and self._step == self._cycle_start.get(1):
             self._adapt_w()  # the first partition is measured now: size the chunks of cycle 1
         self._expire(p, unmatched)
@@ -490,13 +493,13 @@ class SemiStreamJoin:
         self._hs_chunk_bytes += self._queue[-1].nbytes
         self._next_slot += n
 
-    def _disk_phase(self, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
+    def _disk_phase(self, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> EncodedKeys:
         """Probe H_S with every tuple of the disk buffer (with the cache-migration instrumentation)."""
         self._disk_buffer_bytes = part.nbytes
         self._disk_buffer_peak = max(self._disk_buffer_peak, self._disk_buffer_bytes)
-        if part.num_rows == 0:
-            return
         mk = encode_keys(part.column(0), self._family)
+        if part.num_rows == 0:
+            return mk
         count_bytes = fsm in (1, 2)
         mb = row_nbytes(part.select(self._proj)) if count_bytes else np.zeros(part.num_rows, dtype=np.int64)
         if count_bytes and part.num_rows:
@@ -505,7 +508,7 @@ class SemiStreamJoin:
             self._c.extra["master_rows_measured"] = seen + part.num_rows
         eligible = self._cycle_start.get(self._rc - 1, -1) if fsm == 2 else -1
         if not self._queue and fsm not in (1, 2):
-            return
+            return mk
         pm, psl, sb = K.disk_probe(
             self._kt.tkeys,
             self._kt.trec,
@@ -529,6 +532,7 @@ class SemiStreamJoin:
             self._sb.append((part.take(sb), mk.values[sb], np.full(len(sb), self._p, dtype=np.int64), self._sb_seq))
         if len(pm):
             self._emit_slots(pairs, psl, part, pm)
+        return mk
 
     def _expire(self, p: int, unmatched: list[pa.Table]) -> None:
         """DELETE the oldest chunk from Q and H_S once it has met every partition of R."""
@@ -585,15 +589,52 @@ class SemiStreamJoin:
         tables = [self._hr_table]
         keys = [self._hr_keys]
         parts = [np.full(len(self._hr_keys), self._k, dtype=np.int64)]
+        srcs = [self._hr_src]
         for t, k, p, _ in self._sb:
             tables.append(t)
             keys.append(k)
             parts.append(p)
+            srcs.append(p)
         self._sb = []
         self._sb_bytes = 0
+        self._set_hr(tables, keys, parts, srcs)
+
+    def _refresh_hr(self, p: int, part: pa.Table, mk: EncodedKeys) -> None:
+        """Replace the cached rows last read from partition ``p`` by the rows read now.
+
+        The disk phase reads every master row once per R-cycle, so no cached row is
+        older than one R-cycle: updates, inserts and deletes of cached values show.
+        """
+        kv = self._kt.kv
+        ent = self._kt.lookup(mk.values)
+        sel = (ent >= 0) & mk.valid
+        sel[sel] = kv[ent[sel], K.CACHED] == 1
+        new_idx = np.flatnonzero(sel)
+        old_idx = np.flatnonzero(self._hr_src == p)
+        if len(new_idx) == 0 and len(old_idx) == 0:
+            return
+        # H_R is sorted by value and keeps the read order within a value and partition
+        new_idx = new_idx[np.argsort(mk.values[new_idx], kind="stable")]
+        fresh = part.take(new_idx)
+        if len(new_idx) == len(old_idx) and fresh.equals(self._hr_table.take(old_idx)):
+            return
+        keep = np.flatnonzero(self._hr_src != p)
+        self._c.extra["cache_refreshes"] = self._c.extra.get("cache_refreshes", 0) + 1
+        self._set_hr(
+            [self._hr_table.take(keep), fresh],
+            [self._hr_keys[keep], mk.values[new_idx]],
+            [self._hr_part[keep], np.full(len(new_idx), self._k, dtype=np.int64)],
+            [self._hr_src[keep], np.full(len(new_idx), p, dtype=np.int64)],
+        )
+
+    def _set_hr(
+        self, tables: list[pa.Table], keys: list[np.ndarray], parts: list[np.ndarray], srcs: list[np.ndarray]
+    ) -> None:
+        """Make H_R the rows of cached (or switching) values among ``tables``, as CSR per value."""
         self._hr_version += 1
         allk = np.concatenate(keys)
         allp = np.concatenate(parts)
+        alls = np.concatenate(srcs)
         kv = self._kt.kv
         ent = self._kt.lookup(allk)
         keep_ent = ent >= 0
@@ -605,7 +646,10 @@ class SemiStreamJoin:
         self._hr_table = table.take(order)
         self._hr_keys = allk[order]
         self._hr_part = allp[order]
-        self._hr_bytes = int(self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes)
+        self._hr_src = alls[order]
+        self._hr_bytes = int(
+            self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes + self._hr_src.nbytes
+        )
         # CSR per cached value
         live = self._kt.live() & ((kv[:, K.CACHED] == 1) | (kv[:, K.SWITCHING] == 1))
         kv[live, K.HR_LEN] = 0
@@ -720,7 +764,8 @@ class SemiStreamJoin:
         hr_name = f"hr-{self._hr_version}.arrow"
         if not store.exists(hr_name):
             t = self._hr_table.append_column("__ssbj_key", pa.array(self._hr_keys, pa.int64()))
-            store.write_table(hr_name, t.append_column("__ssbj_part", pa.array(self._hr_part, pa.int64())))
+            t = t.append_column("__ssbj_part", pa.array(self._hr_part, pa.int64()))
+            store.write_table(hr_name, t.append_column("__ssbj_src", pa.array(self._hr_src, pa.int64())))
         files.append(hr_name)
         sb = []
         for t, k, p, sid in self._sb:
@@ -832,7 +877,8 @@ class SemiStreamJoin:
         hr = store.read_table(m["hr"])
         op._hr_keys = hr.column("__ssbj_key").to_numpy().astype(np.int64)
         op._hr_part = hr.column("__ssbj_part").to_numpy().astype(np.int64)
-        op._hr_table = hr.drop_columns(["__ssbj_key", "__ssbj_part"])
+        op._hr_src = hr.column("__ssbj_src").to_numpy().astype(np.int64)
+        op._hr_table = hr.drop_columns(["__ssbj_key", "__ssbj_part", "__ssbj_src"])
         for name in m["sb"]:
             t = store.read_table(name)
             sid = int(name.split("-")[1].split(".")[0])
