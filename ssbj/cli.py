@@ -18,7 +18,6 @@ import importlib
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
@@ -46,6 +45,7 @@ from ssbj.core import (
 from ssbj.core.keys import check_compatible, key_family
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.units import parse_size
 
 PROG = "ssbj"
 DEFAULT_MEMORY = "64MB"
@@ -54,10 +54,6 @@ _CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
 _SAMPLE_ROWS = 65_536  # rows used to estimate v_S and v_R
 _ROW_GROUP_ROWS = 1 << 17  # enriched rows buffered before a Parquet row group is written
 _FALLBACK_ROW_BYTES = 64.0  # v_S / v_R when a file has no rows to measure
-
-_DECIMAL = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 class _UsageError(Exception):
@@ -73,30 +69,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------------- small helpers
-def parse_size(text: str) -> int:
-    """Bytes in a size such as ``64MB``, ``1.5GiB``, ``500kB`` or ``1048576``.
-
-    SI prefixes (k, M, G, T, optionally followed by B) are powers of 1000, IEC prefixes
-    (Ki, Mi, Gi, Ti, optionally followed by B) powers of 1024; case is ignored.
-    """
-    m = _SIZE_RE.match(text)
-    if m is None:
-        raise ConfigError(f"bad --memory value {text!r}: expected a size such as 64MB, 1.5GiB, 500kB or 1048576")
-    number, unit = float(m.group(1)), m.group(2).lower()
-    if unit != "b" and unit.endswith("b"):
-        unit = unit[:-1]
-    mult = _DECIMAL.get(unit) or _BINARY.get(unit)
-    if mult is None:
-        raise ConfigError(
-            f"bad --memory value {text!r}: unknown unit {m.group(2)!r} "
-            "(use B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024))"
-        )
-    size = math.floor(number * mult)
-    if size < 1:
-        raise ConfigError(f"bad --memory value {text!r}: must be at least 1 byte")
-    return size
-
-
 def _fmt_bytes(n: float) -> str:
     """Format a byte count in decimal units, e.g. ``8.0 MB``."""
     for unit, mult in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

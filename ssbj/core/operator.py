@@ -741,8 +741,11 @@ class SemiStreamJoin:
         return int(self._kt.kv[e, K.HS_COUNT]) if e >= 0 else 0
 
     # ------------------------------------------------------------------ checkpoint
-    def checkpoint(self, store: DirectoryStore, checkpoint_id: int) -> None:
+    def checkpoint(self, store: DirectoryStore, checkpoint_id: int, meta: dict[str, Any] | None = None) -> None:
         """Save the full state as checkpoint ``checkpoint_id``, writing only what is new.
+
+        ``meta`` (JSON-serialisable) is stored in the same manifest, so the caller's own
+        state (scan layout, batch ids, counters) commits atomically with the operator's.
 
         New H_S chunks, new s_B pieces and a changed H_R are written once; each
         checkpoint adds the per-value entries, the match flags of live slots, the unread
@@ -822,8 +825,16 @@ class SemiStreamJoin:
             "vr_avg": self._vr_avg,
             "counters": asdict(self._c),
             "files": files,
+            "meta": meta or {},
         }
         store.write_manifest(checkpoint_id, manifest)
+
+    @staticmethod
+    def checkpoint_meta(store: DirectoryStore, checkpoint_id: int | None = None) -> dict[str, Any]:
+        """Return the ``meta`` saved with checkpoint ``checkpoint_id`` (default: the newest)."""
+        _, m = store.read_manifest(checkpoint_id)
+        meta: dict[str, Any] = m.get("meta", {})
+        return meta
 
     @classmethod
     def restore(

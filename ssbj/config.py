@@ -1,0 +1,387 @@
+"""Job configuration (YAML), validated with pydantic; secrets come from the environment.
+
+A job file names *where* secrets are (an environment variable, or an Airflow connection
+id), never the secrets themselves: a URL with a password in the file is rejected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from ssbj.errors import ConfigError
+from ssbj.units import parse_size
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DECIMAL_T = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_SCALARS: dict[str, pa.DataType] = {
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us"),
+    "timestamp_tz": pa.timestamp("us", tz="UTC"),
+}
+TYPE_NAMES = [*_SCALARS, "decimal(p,s)"]
+# conn_type of an Airflow connection -> SQLAlchemy dialect+driver
+_AIRFLOW_DRIVERS = {
+    "mysql": "mysql+pymysql",
+    "mariadb": "mysql+pymysql",
+    "postgres": "postgresql+psycopg",
+    "postgresql": "postgresql+psycopg",
+    "sqlite": "sqlite",
+}
+
+
+def identifier(name: str, what: str) -> str:
+    """Return ``name`` if it is a plain SQL identifier (letters, digits, _ and $)."""
+    if not _IDENT.match(name):
+        raise ValueError(f"{what} {name!r} is not a plain identifier (letters, digits, _; at most 64 characters)")
+    return name
+
+
+def arrow_type(name: str) -> pa.DataType:
+    """Arrow type of a type name used in ``source.schema``."""
+    t = _SCALARS.get(name.strip().lower())
+    if t is not None:
+        return t
+    m = _DECIMAL_T.match(name.strip().lower())
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    raise ValueError(f"unknown type {name!r}; allowed: {', '.join(TYPE_NAMES)}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Database(_Model):
+    """Where a database is: a URL without password, plus where its password (or whole URL) is."""
+
+    url: str | None = None
+    url_env: str | None = Field(None, description="environment variable holding the whole URL")
+    password_env: str | None = Field(None, description="environment variable holding the password")
+    connection_id: str | None = Field(None, description="Airflow connection id")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Database:
+        given = [n for n in ("url", "url_env", "connection_id") if getattr(self, n)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of url, url_env, connection_id")
+        if self.url:
+            parts = urlsplit(self.url)
+            if parts.password:
+                raise ValueError(
+                    "the url contains a password; remove it and name an environment variable in password_env"
+                )
+        for n in ("url_env", "password_env"):
+            v = getattr(self, n)
+            if v is not None and not _ENV.match(v):
+                raise ValueError(f"{n} {v!r} is not an environment variable name")
+        return self
+
+    def resolve(self) -> SecretStr:
+        """Return the full SQLAlchemy URL, password included, as a secret."""
+        from sqlalchemy.engine import make_url
+
+        if self.url_env:
+            raw = os.environ.get(self.url_env)
+            if not raw:
+                raise ConfigError(f"environment variable {self.url_env} (url_env) is not set")
+            url = make_url(raw)
+        elif self.connection_id:
+            url = make_url(_airflow_connection_url(self.connection_id))
+        else:
+            url = make_url(str(self.url))
+        if self.password_env:
+            pw = os.environ.get(self.password_env)
+            if pw is None:
+                raise ConfigError(f"environment variable {self.password_env} (password_env) is not set")
+            url = url.set(password=pw)
+        return SecretStr(url.render_as_string(hide_password=False))
+
+    def display(self) -> str:
+        """Return the URL with any password hidden, for logs and messages."""
+        if self.url:
+            return self.url
+        return f"${self.url_env}" if self.url_env else f"airflow connection {self.connection_id!r}"
+
+
+def _airflow_connection_url(conn_id: str) -> str:
+    """SQLAlchemy URL of an Airflow connection (``AIRFLOW_CONN_<ID>`` or Airflow's own lookup)."""
+    env = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+    if env is None:
+        try:
+            from airflow.sdk import BaseHook  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            raise ConfigError(
+                f"Airflow connection {conn_id!r}: AIRFLOW_CONN_{conn_id.upper()} is not set "
+                "and Airflow is not installed"
+            ) from exc
+        conn = BaseHook.get_connection(conn_id)
+        env = str(conn.get_uri())
+    if env.lstrip().startswith("{"):
+        import json
+
+        d = json.loads(env)
+        ctype, host, login = d.get("conn_type", ""), d.get("host", ""), d.get("login")
+        pw, port, schema = d.get("password"), d.get("port"), d.get("schema", "")
+    else:
+        parts = urlsplit(env)
+        ctype, host, port = parts.scheme, parts.hostname or "", parts.port
+        login = unquote(parts.username) if parts.username else None
+        pw = unquote(parts.password) if parts.password else None
+        schema = parts.path.lstrip("/")
+    driver = _AIRFLOW_DRIVERS.get(ctype.replace("-", "_"))
+    if driver is None:
+        raise ConfigError(
+            f"Airflow connection {conn_id!r} has type {ctype!r}; supported: {', '.join(sorted(_AIRFLOW_DRIVERS))}"
+        )
+    from sqlalchemy.engine import URL
+
+    if driver == "sqlite":
+        return f"sqlite:///{host or schema}"
+    url = URL.create(driver, username=login, password=pw, host=host or None, port=port, database=schema or None)
+    return url.render_as_string(hide_password=False)
+
+
+class FileSource(_Model):
+    """Files landing in a directory, picked up by Spark's file source."""
+
+    kind: Literal["files"]
+    path: str
+    format: Literal["csv", "jsonl", "parquet"]
+    max_files_per_trigger: Annotated[int, Field(ge=1)] = 100
+    glob: str | None = Field(None, description="only files matching this pattern, e.g. '*.json'")
+    csv_delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","
+    csv_header: bool = True
+
+
+class KafkaSource(_Model):
+    """A Kafka topic."""
+
+    kind: Literal["kafka"]
+    bootstrap_servers: str
+    topic: str
+    reader: Literal["python", "native"] = Field(
+        "python", description="python: ssbj's confluent-kafka data source; native: Spark's kafka format (needs jars)"
+    )
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = 200_000
+    options: dict[str, str] = Field(default_factory=dict, description="extra client settings (no secrets)")
+    secret_options_env: dict[str, str] = Field(
+        default_factory=dict, description="client setting -> environment variable holding its value"
+    )
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if any(w in k.lower() for w in ("password", "secret", "token", "sasl.jaas")):
+                raise ValueError(f"option {k!r} looks like a secret; give it in secret_options_env instead")
+        return v
+
+    def client_options(self) -> dict[str, str]:
+        """Client settings including the secrets read from the environment."""
+        out = dict(self.options)
+        for k, env in self.secret_options_env.items():
+            val = os.environ.get(env)
+            if val is None:
+                raise ConfigError(f"environment variable {env} (source.secret_options_env.{k}) is not set")
+            out[k] = val
+        return out
+
+
+class Master(Database):
+    """The master table R, scanned cyclically in partitions of ``partition_rows`` rows."""
+
+    table: str
+    key: str
+    columns: list[str] | None = None
+    page_column: str | None = None
+    partition_rows: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        for part in v.split("."):
+            identifier(part, "table")
+        return v
+
+    @field_validator("key", "page_column")
+    @classmethod
+    def _col(cls, v: str | None) -> str | None:
+        return v if v is None else identifier(v, "column")
+
+    @field_validator("columns")
+    @classmethod
+    def _cols(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            for c in v:
+                identifier(c, "column")
+        return v
+
+
+class Join(_Model):
+    """How to join."""
+
+    stream_key: str
+    algorithm: Literal["ssbj", "meshjoin"] = "ssbj"
+    type: Literal["inner", "left"] = "inner"
+    memory: str = "256MiB"
+    switch_factor: Annotated[float, Field(gt=0)] = 1.0
+    eviction_interval: Annotated[int, Field(ge=1)] = 10
+    step_rows: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="stream tuples per step (w); default: derived from the memory budget"
+    )
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        try:
+            parse_size(v, "size")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @property
+    def memory_bytes(self) -> int:
+        """The memory budget in bytes."""
+        return parse_size(self.memory, "join.memory")
+
+
+class DatabaseSink(Database):
+    """A warehouse table."""
+
+    kind: Literal["database"]
+    table: str
+    create: bool = True
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        for part in v.split("."):
+            identifier(part, "table")
+        return v
+
+
+class ParquetSink(_Model):
+    """A directory of Parquet files, one per (batch, segment)."""
+
+    kind: Literal["parquet"]
+    path: str
+
+
+SinkConfig = Annotated[DatabaseSink | ParquetSink, Field(discriminator="kind")]
+
+
+class Trigger(_Model):
+    """When micro-batches run."""
+
+    mode: Literal["available-now", "processing-time"] = "available-now"
+    interval: str = "10 seconds"
+    idle_drain_seconds: Annotated[float, Field(ge=0)] = 30.0
+
+
+class SparkSettings(_Model):
+    """Spark session settings; ``master`` is ignored under spark-submit, which sets its own."""
+
+    master: str = "local[*]"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class JobConfig(_Model):
+    """One enrichment job."""
+
+    name: str = "ssbj-job"
+    source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
+    schema_: dict[str, str] = Field(alias="schema", description="column -> type of a stream record")
+    master: Master
+    join: Join
+    sink: SinkConfig
+    dead_letter: SinkConfig
+    trigger: Trigger = Trigger()
+    checkpoint: str
+    spark: SparkSettings = SparkSettings()
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:
+            raise ValueError("declare at least one column")
+        for name, t in v.items():
+            if not name or name.startswith("ssbj_"):
+                raise ValueError(f"column name {name!r} is empty or uses the reserved prefix ssbj_")
+            arrow_type(t)
+        return v
+
+    @model_validator(mode="after")
+    def _key_declared(self) -> JobConfig:
+        if self.join.stream_key not in self.schema_:
+            raise ValueError(
+                f"join.stream_key {self.join.stream_key!r} is not a column of schema ({', '.join(self.schema_)})"
+            )
+        return self
+
+    @property
+    def stream_schema(self) -> pa.Schema:
+        """Arrow schema of a decoded stream record."""
+        return pa.schema([pa.field(n, arrow_type(t)) for n, t in self.schema_.items()])
+
+    @property
+    def spark_checkpoint(self) -> str:
+        """Spark's checkpoint location."""
+        return str(Path(self.checkpoint) / "spark")
+
+    @property
+    def operator_checkpoint(self) -> str:
+        """The operator's checkpoint directory (next to Spark's)."""
+        return str(Path(self.checkpoint) / "operator")
+
+
+def _format_errors(exc: ValidationError, origin: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after"))
+        loc = loc.replace("schema_", "schema")
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        shown = "" if isinstance(got, dict | list) or got is None or err["type"] == "missing" else f" (got {got!r})"
+        lines.append(f"  {loc or '<top>'}: {msg}{shown}")
+    return f"{origin}: invalid job configuration\n" + "\n".join(lines)
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Read and validate a job file; errors name each field and what it allows."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read job file {p}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    return parse_config(data, str(p))
+
+
+def parse_config(data: Any, origin: str = "<config>") -> JobConfig:
+    """Validate a job configuration given as a mapping."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: a job file must be a mapping of sections (source, master, join, sink, ...)")
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, origin)) from None
