@@ -608,12 +608,19 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.set_defaults(handler=_cmd_bench, accepts_extra=True)
+
+    from ssbj.pipeline.commands import add_commands
+
+    add_commands(sub)
     return parser
 
 
 def _error(message: str) -> int:
-    """Print ``ssbj: error: message`` on one line to stderr; the exit code 2."""
-    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    """Print ``ssbj: error: message`` to stderr (one line per line of the message); the exit code 2."""
+    lines = [" ".join(line.split()) if line.strip() else "" for line in message.splitlines()] or [""]
+    first = lines[0]
+    rest = "".join(f"\n  {line.strip()}" for line in lines[1:] if line)
+    print(f"{PROG}: error: {first}{rest}", file=sys.stderr)
     return 2
 
 

@@ -297,6 +297,11 @@ class SemiStreamJoin:
         return StepResult(enriched, um, metrics)
 
     @property
+    def chunk_bytes(self) -> int:
+        """Bytes of stream tuples that may enter H_S per step (w_S in bytes, adapted under a budget)."""
+        return self._chunk_bytes
+
+    @property
     def fsm_code(self) -> int:
         """1 incrementing, 2 switching, 0 phase-out; -1 for MESHJOIN or before the first R-cycle."""
         if not self._use_cache or self._rc == 0:
@@ -647,9 +652,7 @@ class SemiStreamJoin:
         self._hr_keys = allk[order]
         self._hr_part = allp[order]
         self._hr_src = alls[order]
-        self._hr_bytes = int(
-            self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes + self._hr_src.nbytes
-        )
+        self._hr_bytes = int(self._hr_table.nbytes + self._hr_keys.nbytes + self._hr_part.nbytes + self._hr_src.nbytes)
         # CSR per cached value
         live = self._kt.live() & ((kv[:, K.CACHED] == 1) | (kv[:, K.SWITCHING] == 1))
         kv[live, K.HR_LEN] = 0

@@ -1,0 +1,137 @@
+"""``ssbj run`` and ``ssbj validate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ssbj.config import JobConfig, load_config
+from ssbj.errors import ConfigError
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``run`` and ``validate`` on the ``ssbj`` sub-command parser."""
+    run = sub.add_parser(
+        "run",
+        help="run a streaming enrichment job from a YAML config (Spark; also under spark-submit)",
+        description="Run the job described by --config until its input is exhausted (available-now) or it is stopped.",
+    )
+    run.add_argument("--config", required=True, help="job file (YAML)")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.add_argument("--log-level", default="WARNING", help="level of the JSON log lines on stderr (default WARNING)")
+    run.add_argument("--summary", help="write the run summary (JSON) to this file")
+    run.set_defaults(handler=lambda a, _extra: cmd_run(a))
+    val = sub.add_parser(
+        "validate",
+        help="check a job file: fields, connections, master table, key and columns",
+        description="Validate a job file, connect to its master database, sinks and source, and report.",
+    )
+    val.add_argument("config", help="job file (YAML)")
+    val.set_defaults(handler=lambda a, _extra: cmd_validate(a))
+    from ssbj.pipeline.quickstart import add_command
+
+    add_command(sub)
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x / 1e6:.2f}M/s" if x >= 1e6 else f"{x / 1e3:.1f}k/s"
+
+
+class ProgressDisplay:
+    """One line per micro-batch on stderr (rewritten in place on a terminal)."""
+
+    def __init__(self, out: TextIO = sys.stderr) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.t0 = time.monotonic()
+
+    def __call__(self, p: dict[str, Any]) -> None:
+        """Show one progress record."""
+        t = p["totals"]
+        part = f"{p['partition'] + 1}/{p['partitions']}" if p.get("partitions") else "-"
+        line = (
+            f"[{time.monotonic() - self.t0:7.1f}s] {p['event']} {p['batch_id']}.{p['segment']}: "
+            f"{t['records_in']:,} records, {t['output_rows']:,} rows out, {t['dead_letters']:,} dead letters, "
+            f"waiting {p['waiting_tuples']:,}, R-cycle {p['r_cycle']} part {part}, "
+            f"cache {p['cache_hit_share']:.0%}, service {_fmt_rate(p['service_rate'])}"
+        )
+        if self.tty:
+            self.out.write("\r\x1b[2K" + line)
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        """End the in-place line."""
+        if self.tty:
+            self.out.write("\n")
+
+
+def _setup_logging(level: str) -> None:
+    lvl = logging.getLevelName(level.upper())
+    if not isinstance(lvl, int):
+        raise ConfigError(f"bad --log-level {level!r}: use DEBUG, INFO, WARNING or ERROR")
+    logging.basicConfig(level=lvl, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``ssbj run --config job.yaml``."""
+    cfg = load_config(args.config)
+    _setup_logging(args.log_level)
+    from ssbj.pipeline.job import EnrichmentJob
+
+    display = None if args.quiet else ProgressDisplay()
+    job = EnrichmentJob(cfg, on_progress=display)
+
+    def _stop(signum: int, _frame: Any) -> None:
+        job.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    summary = job.run()
+    if display is not None:
+        display.close()
+    c = summary.counts
+    result = {
+        "job": cfg.name,
+        "batches": summary.batches,
+        "drained": summary.drained,
+        "restarts": summary.restarts,
+        "counts": c,
+        "reconciled": c["records_in"]
+        == c["matched_source_rows"] + c["unmatched_source_rows"] + c["waiting"] + c["dead_letters"],
+    }
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(result, indent=2))
+    print(
+        f"{cfg.name}: {summary.batches} batches, {c['records_in']:,} records -> {c['output_rows']:,} enriched rows "
+        f"({c['matched_source_rows']:,} matched, {c['unmatched_source_rows']:,} unmatched, "
+        f"{c['dead_letters']:,} dead letters, {c['waiting']:,} waiting)"
+    )
+    return 0 if result["reconciled"] else 1
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``ssbj validate job.yaml``."""
+    cfg = load_config(args.config)
+    from ssbj.pipeline.factory import validate_job
+
+    for line in validate_job(cfg):
+        print(line)
+    print(f"{args.config}: OK")
+    return 0
+
+
+def describe(cfg: JobConfig) -> str:
+    """One line naming the job's parts (no secrets)."""
+    src = cfg.source
+    where = src.path if src.kind == "files" else f"{src.topic}@{src.bootstrap_servers}"
+    return f"{cfg.name}: {src.kind} {where} -> {cfg.master.table} ({cfg.master.display()}) -> {cfg.sink.kind}"

@@ -1,0 +1,195 @@
+"""Build a job's adapters (master scan, sinks, processor) from its configuration."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ssbj.config import DatabaseSink, JobConfig, ParquetSink
+from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.keys import check_compatible
+from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.pipeline.contracts import CheckpointedMasterScan, WarehouseSink
+from ssbj.pipeline.processor import EnrichmentProcessor, JoinSettings
+
+
+def _engine(url: str) -> Any:
+    import sqlalchemy as sa
+
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
+    """Return a warehouse (or dead-letter) sink."""
+    if cfg.kind == "parquet":
+        from adapters.sink_parquet import ParquetDirSink
+
+        return ParquetDirSink(cfg.path)
+    from adapters.sink_sql import SqlTableSink
+
+    return SqlTableSink(_engine(cfg.resolve().get_secret_value()), cfg.table, create=cfg.create)
+
+
+class MasterSource:
+    """The configured master table: opens scans with a given layout and counts its rows."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        self.cfg = cfg.master
+        self.engine = _engine(cfg.master.resolve().get_secret_value())
+
+    def scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
+        """Return a scan of R in partitions of ``partition_rows`` rows, with a saved layout or a new one."""
+        from adapters.master_sql import SqlMasterScan
+
+        m = self.cfg
+        return SqlMasterScan(
+            self.engine,
+            m.table,
+            m.key,
+            partition_rows,
+            columns=m.columns,
+            page_column=m.page_column,
+            layout=layout,
+        )
+
+    def info(self) -> tuple[int, pa.Schema]:
+        """Return the rows in R now and the schema of the projected columns."""
+        import sqlalchemy as sa
+
+        from adapters.sql_common import SqlRunner, split_table_name
+
+        scan = self.scan(None, 1 << 30)
+        schema_name, name = split_table_name(self.cfg.table)
+        stmt = sa.select(sa.func.count()).select_from(sa.table(name, schema=schema_name))
+        runner = SqlRunner(self.engine, _retry(), f"master table {self.cfg.table}", _log())
+        n = runner.run(lambda conn: int(conn.execute(stmt).scalar_one()), "count rows")
+        return int(n), scan.schema
+
+
+def _retry() -> Any:
+    from adapters.sql_common import RetryPolicy
+
+    return RetryPolicy()
+
+
+def _log() -> Any:
+    import logging
+
+    return logging.getLogger("ssbj.master")
+
+
+def settings(cfg: JobConfig, master_schema: pa.Schema | None = None) -> JoinSettings:
+    """Return the processor's join settings from the configuration."""
+    m = cfg.master
+    cols = tuple(m.columns) if m.columns is not None else tuple(master_schema.names if master_schema else ())
+    return JoinSettings(
+        stream_key=cfg.join.stream_key,
+        master_key=m.key,
+        master_columns=cols or (m.key,),
+        algorithm=cfg.join.algorithm,
+        join_type=cfg.join.type,
+        memory_budget=cfg.join.memory_bytes,
+        switch_factor=cfg.join.switch_factor,
+        eviction_interval=cfg.join.eviction_interval,
+        partition_rows=m.partition_rows,
+        step_rows=cfg.join.step_rows,
+    )
+
+
+def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcessor:
+    """Return the processor with its master scan and sinks (connections are opened here)."""
+    master = MasterSource(cfg)
+    n, schema = master.info()
+    if cfg.master.columns is None:
+        schema_cols = schema
+    else:
+        schema_cols = pa.schema([schema.field(c) for c in schema.names if c in cfg.master.columns])
+    del n
+    check_key_types(cfg, schema)
+    return EnrichmentProcessor(
+        settings(cfg, schema_cols),
+        cfg.stream_schema,
+        master.scan,
+        master.info,
+        build_sink(cfg.sink),
+        build_sink(cfg.dead_letter),
+        store,
+    )
+
+
+def check_key_types(cfg: JobConfig, master_schema: pa.Schema) -> None:
+    """Fail clearly when the stream key and the master key cannot be compared."""
+    skey, mkey = cfg.join.stream_key, cfg.master.key
+    st = cfg.stream_schema.field(skey).type
+    mt = master_schema.field(mkey).type
+    try:
+        check_compatible(st, mt)
+    except SSBJError as exc:
+        raise ConfigError(
+            f"join.stream_key {skey!r} ({st}) cannot be joined with master.key {mkey!r} ({mt}): {exc}"
+        ) from None
+
+
+def validate_job(cfg: JobConfig) -> list[str]:
+    """Check everything a run needs except starting Spark; returns what was checked."""
+    out: list[str] = []
+    master = MasterSource(cfg)
+    n, schema = master.info()
+    check_key_types(cfg, schema)
+    out.append(
+        f"master: table {cfg.master.table} at {cfg.master.display()}: {n:,} rows; key {cfg.master.key} "
+        f"({schema.field(cfg.master.key).type}); columns {', '.join(schema.names)}"
+    )
+    src = cfg.source
+    if src.kind == "files":
+        if not Path(src.path).is_dir():
+            raise InputError(f"source.path {src.path!r} is not a directory")
+        out.append(f"source: {src.format} files in {src.path}")
+    else:
+        out.append(_check_kafka(cfg))
+    for name, sink in (("sink", cfg.sink), ("dead_letter", cfg.dead_letter)):
+        if isinstance(sink, ParquetSink):
+            parent = Path(sink.path).resolve().parent
+            if not os.access(parent if not Path(sink.path).exists() else sink.path, os.W_OK):
+                raise ConfigError(f"{name}.path {sink.path!r} is not writable")
+            out.append(f"{name}: Parquet directory {sink.path}")
+        else:
+            import sqlalchemy as sa
+
+            eng = _engine(sink.resolve().get_secret_value())
+            try:
+                with eng.connect() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+                    exists = sa.inspect(conn).has_table(sink.table.split(".")[-1])
+            except sa.exc.SQLAlchemyError as exc:
+                raise ConfigError(f"{name}: cannot connect to {sink.display()}: {type(exc).__name__}") from None
+            finally:
+                eng.dispose()
+            out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
+    ck = Path(cfg.checkpoint)
+    probe = ck if ck.exists() else ck.resolve().parent
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise ConfigError(f"checkpoint {cfg.checkpoint!r} is not writable")
+    out.append(f"checkpoint: {cfg.checkpoint}")
+    return out
+
+
+def _check_kafka(cfg: JobConfig) -> str:
+    src = cfg.source
+    assert src.kind == "kafka"  # noqa: S101
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError as exc:
+        raise ConfigError("source.kind kafka needs confluent-kafka: pip install 'ssbj[kafka]'") from exc
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": src.bootstrap_servers}
+    conf.update({k.removeprefix("kafka."): v for k, v in src.client_options().items()})
+    md = AdminClient(conf).list_topics(timeout=10)
+    if src.topic not in md.topics:
+        raise ConfigError(f"source.topic {src.topic!r} does not exist at {src.bootstrap_servers}")
+    parts = len(md.topics[src.topic].partitions)
+    return f"source: Kafka topic {src.topic} at {src.bootstrap_servers} ({parts} partitions, reader {src.reader})"

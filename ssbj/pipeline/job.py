@@ -1,0 +1,213 @@
+"""The Spark Structured Streaming job: source -> foreachBatch(EnrichmentProcessor) -> sinks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ssbj.config import JobConfig
+from ssbj.core.checkpoint import DirectoryStore
+from ssbj.errors import ConfigError, TerminalError, TransientError
+from ssbj.pipeline import factory
+from ssbj.pipeline.records import Decoded, decode_files, decode_kafka
+
+log = logging.getLogger("ssbj.job")
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class RunSummary:
+    """What a run did, and the counts that reconcile."""
+
+    batches: int
+    drained: bool
+    counts: dict[str, int]
+    last_progress: dict[str, Any]
+    restarts: int
+
+
+def spark_session(cfg: JobConfig) -> Any:
+    """Get or create the Spark session; under spark-submit its master wins over the config."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(cfg.name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master(cfg.spark.master)
+    builder = builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    for k, v in cfg.spark.conf.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+def source_frame(spark: Any, cfg: JobConfig) -> Any:
+    """Return the streaming DataFrame of raw records for the configured source."""
+    src = cfg.source
+    if src.kind == "files":
+        if not Path(src.path).is_dir():
+            raise ConfigError(f"source.path {src.path!r} is not a directory")
+        reader = (
+            spark.readStream.format("binaryFile")
+            .schema("path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY")
+            .option("maxFilesPerTrigger", src.max_files_per_trigger)
+        )
+        if src.glob:
+            reader = reader.option("pathGlobFilter", src.glob)
+        return reader.load(src.path).select("path", "content")
+    if src.reader == "python":
+        from adapters.kafka_source import KafkaDataSource
+
+        spark.dataSource.register(KafkaDataSource)
+        fmt = KafkaDataSource.name()
+    else:
+        fmt = "kafka"
+    reader = (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", src.bootstrap_servers)
+        .option("subscribe", src.topic)
+        .option("startingOffsets", src.starting_offsets)
+    )
+    if src.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
+    for k, v in src.client_options().items():
+        reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", v)
+    return reader.load().select("value", "topic", "partition", "offset")
+
+
+def decoder(cfg: JobConfig) -> Callable[[pa.Table], Decoded]:
+    """Return the decoder of raw records of the configured source (typed rows, dead letters)."""
+    schema, key = cfg.stream_schema, cfg.join.stream_key
+    src = cfg.source
+    if src.kind == "files":
+        fmt, delim, header = src.format, src.csv_delimiter, src.csv_header
+        return lambda raw: decode_files(raw, fmt, schema, key, delim, header)
+    return lambda raw: decode_kafka(raw, schema, key)
+
+
+class EnrichmentJob:
+    """One configured job: builds the processor, runs the streaming query, drains, restarts on outages."""
+
+    def __init__(
+        self,
+        cfg: JobConfig,
+        spark: Any | None = None,
+        on_progress: ProgressCallback | None = None,
+        max_restarts: int = 10,
+        restart_backoff: float = 2.0,
+    ) -> None:
+        self.cfg = cfg
+        self.spark = spark
+        self.on_progress = on_progress
+        self.max_restarts = max_restarts
+        self.restart_backoff = restart_backoff
+        self.stop_event = threading.Event()
+        self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint))
+        self._decode = decoder(cfg)
+        self._error: BaseException | None = None
+        self._batches = 0
+        self._last_batch_time = time.monotonic()
+        self.query: Any = None
+
+    def _committed(self, batch_id: int) -> bool:
+        return (Path(self.cfg.spark_checkpoint) / "commits" / str(batch_id)).exists()
+
+    def _foreach_batch(self, df: Any, batch_id: int) -> None:
+        try:
+            raw = df.toArrow()
+            progress = self.processor.process(int(batch_id), lambda: self._decode(raw))
+            self._batches += 1
+            self._last_batch_time = time.monotonic()
+            if self.on_progress:
+                self.on_progress(progress)
+        except BaseException as exc:
+            self._error = exc
+            raise
+
+    def _start(self) -> Any:
+        assert self.spark is not None  # noqa: S101
+        frame = source_frame(self.spark, self.cfg)
+        writer = (
+            frame.writeStream.foreachBatch(self._foreach_batch)
+            .option("checkpointLocation", self.cfg.spark_checkpoint)
+            .queryName(f"ssbj-{self.cfg.name}")
+        )
+        if self.cfg.trigger.mode == "available-now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.cfg.trigger.interval)
+        return writer.start()
+
+    def run(self) -> RunSummary:
+        """Run until the input is exhausted (available-now) or :meth:`stop` is called."""
+        if self.spark is None:
+            self.spark = spark_session(self.cfg)
+        Path(self.cfg.checkpoint).mkdir(parents=True, exist_ok=True)
+        self.processor.open()
+        restarts = 0
+        while True:
+            self._error = None
+            self.query = self._start()
+            try:
+                self._wait()
+                if self._error is None and self.query.exception() is None:
+                    break
+                raise RuntimeError(str(self.query.exception()))
+            except Exception as exc:
+                cause = self._error or exc
+                if not isinstance(cause, TransientError) or restarts >= self.max_restarts:
+                    if isinstance(cause, TerminalError | TransientError):
+                        raise cause from None
+                    raise
+                restarts += 1
+                delay = min(60.0, self.restart_backoff * 2 ** (restarts - 1))
+                log.warning(
+                    json.dumps({"event": "restart", "attempt": restarts, "in_seconds": delay, "error": str(cause)})
+                )
+                self._stop_query()
+                if self.stop_event.wait(delay):
+                    break
+                self.processor.op = None  # reload the committed state: the failed batch may have half-run
+        drained = False
+        if self.cfg.trigger.mode == "available-now" and not self.stop_event.is_set():
+            p = self.processor.drain(self._committed)
+            drained = True
+            if p is not None and self.on_progress:
+                self.on_progress(p)
+        return RunSummary(self._batches, drained, self.processor.reconcile(), self.processor.last_progress, restarts)
+
+    def _wait(self) -> None:
+        q = self.query
+        idle = self.cfg.trigger.idle_drain_seconds
+        while not self.stop_event.is_set():
+            if q.awaitTermination(0.5):
+                return
+            if (
+                self.cfg.trigger.mode == "processing-time"
+                and idle > 0
+                and time.monotonic() - self._last_batch_time > idle
+            ):
+                p = self.processor.drain(self._committed)
+                self._last_batch_time = time.monotonic()
+                if p is not None and self.on_progress:
+                    self.on_progress(p)
+        self._stop_query()
+
+    def _stop_query(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+
+    def stop(self) -> None:
+        """Ask the job to stop after the running batch (safe from a signal handler or another thread)."""
+        self.stop_event.set()

@@ -1,0 +1,365 @@
+"""One micro-batch at a time: decode, join, write idempotently, checkpoint; no Spark here.
+
+Exactly once comes from three rules:
+
+1. the sink replaces everything written under (batch id, segment), so writing a batch
+   again never duplicates rows;
+2. the operator's state is checkpointed after the sink write, under the batch id, with
+   the master-scan layout and the pipeline's counters in the same manifest;
+3. a batch whose id is not newer than the last checkpoint is a replay: the state rolls
+   back to the checkpoint before it, and the batch is processed again.
+
+Steps run after batch N while the stream is idle (or at the end of an ``available-now``
+run) form segments 1, 2, ... of batch N; they run only once Spark has committed N, so
+a replay never meets them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.costmodel import CostModel, plan_memory
+from ssbj.core.operator import JoinSpec, SemiStreamJoin, StepResult
+from ssbj.pipeline.contracts import CheckpointedMasterScan, WarehouseSink
+from ssbj.pipeline.records import Decoded
+
+log = logging.getLogger("ssbj.progress")
+
+MasterFactory = Callable[[dict[str, Any] | None, int], CheckpointedMasterScan]
+"""Build the master scan from a saved layout (or None: compute one) and b rows per partition."""
+MasterInfo = Callable[[], tuple[int, pa.Schema]]
+"""Rows in R now and the Arrow schema of the projected master columns (no layout needed)."""
+
+_VAR_WIDTH_GUESS = 24  # bytes per variable-width value before any row is measured
+
+
+@dataclass
+class JoinSettings:
+    """What the processor needs from the job configuration."""
+
+    stream_key: str
+    master_key: str
+    master_columns: tuple[str, ...]
+    algorithm: str = "ssbj"
+    join_type: str = "inner"
+    memory_budget: int = 256 << 20
+    switch_factor: float = 1.0
+    eviction_interval: int = 10
+    partition_rows: int | None = None
+    step_rows: int | None = None
+
+
+@dataclass
+class Totals:
+    """Counters over the job's life; restored from the checkpoint."""
+
+    records_in: int = 0
+    decoded_rows: int = 0
+    dead_letters: int = 0
+    enriched_rows: int = 0
+    batches: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def _estimate_row_bytes(schema: pa.Schema) -> float:
+    total = 0
+    for f in schema:
+        try:
+            total += f.type.bit_width // 8
+        except ValueError:
+            total += _VAR_WIDTH_GUESS
+    return float(max(total, 1))
+
+
+class EnrichmentProcessor:
+    """Drives the SSBJ operator one micro-batch at a time, with idempotent sinks."""
+
+    def __init__(
+        self,
+        settings: JoinSettings,
+        stream_schema: pa.Schema,
+        master_factory: MasterFactory,
+        master_info: MasterInfo,
+        sink: WarehouseSink,
+        dead_letters: WarehouseSink,
+        store: DirectoryStore,
+        cost_model: CostModel | None = None,
+    ) -> None:
+        self.settings = settings
+        self.stream_schema = stream_schema
+        self._master_factory = master_factory
+        self._master_info = master_info
+        self.sink = sink
+        self.dead_letter_sink = dead_letters
+        self.store = store
+        self.cost_model = cost_model or CostModel()
+        self.lock = threading.RLock()
+        self.op: SemiStreamJoin | None = None
+        self.master: CheckpointedMasterScan | None = None
+        self.last_batch: int | None = None  # batch id of the newest checkpoint
+        self.segment = 0
+        self.totals = Totals()
+        self.last_progress: dict[str, Any] = {}
+        self._last_batch_end = time.time()
+        self._prepared = False
+
+    # ------------------------------------------------------------------ state
+    def open(self) -> None:
+        """Restore the newest checkpoint, or start fresh (computing the master layout)."""
+        with self.lock:
+            latest = self.store.latest()
+            if latest is None:
+                self._fresh()
+            else:
+                self._restore(latest)
+            self._prepare_sinks()
+
+    def _prepare_sinks(self) -> None:
+        if self._prepared or self.op is None:
+            return
+        from ssbj.pipeline.records import DEAD_LETTER_SCHEMA
+
+        self.sink.prepare(self.op.output_schema)
+        self.dead_letter_sink.prepare(DEAD_LETTER_SCHEMA)
+        self._prepared = True
+
+    def _spec(self, chunk_bytes: int) -> JoinSpec:
+        s = self.settings
+        return JoinSpec(
+            stream_key=s.stream_key,
+            master_key=s.master_key,
+            master_columns=s.master_columns,
+            algorithm="meshjoin" if s.algorithm == "meshjoin" else "ssbj",
+            switch_factor=s.switch_factor,
+            eviction_interval=s.eviction_interval,
+            chunk_bytes=max(1, chunk_bytes),
+            memory_budget=None if s.step_rows else s.memory_budget,
+            max_step_tuples=s.step_rows or (1 << 20),
+        )
+
+    def _fresh(self) -> None:
+        s = self.settings
+        num_rows, schema = self._master_info()
+        v_s = _estimate_row_bytes(self.stream_schema)
+        v_r = _estimate_row_bytes(schema)
+        plan = plan_memory(s.memory_budget, num_rows, v_s, v_r, self.cost_model)
+        b = s.partition_rows or plan.partition_rows
+        master = self._master_factory(None, b)
+        chunk = int(s.step_rows * v_s) if s.step_rows else plan.chunk_bytes
+        self.master = master
+        self.op = SemiStreamJoin(self._spec(chunk), master, self.stream_schema, master.schema, self.cost_model)
+        self.last_batch = None
+        self.segment = 0
+        self.totals = Totals()
+
+    def _restore(self, checkpoint_id: int) -> None:
+        meta = SemiStreamJoin.checkpoint_meta(self.store, checkpoint_id)
+        master = self._master_factory(meta["master_layout"], int(meta["partition_rows"]))
+        self.master = master
+        self.op = SemiStreamJoin.restore(
+            self.store,
+            self._spec(int(meta["chunk_bytes"])),
+            master,
+            self.stream_schema,
+            master.schema,
+            checkpoint_id,
+            self.cost_model,
+        )
+        self.last_batch = int(meta["batch_id"])
+        self.segment = int(meta["segment"])
+        t = dict(meta["totals"])
+        self.totals = Totals(**t)
+
+    def _rollback_before(self, batch_id: int) -> None:
+        older = [i for i in self.store.manifests() if i < batch_id]
+        if older:
+            self._restore(older[-1])
+        else:
+            self._fresh()
+        log.info(json.dumps({"event": "replay", "batch_id": batch_id, "restored": older[-1] if older else None}))
+
+    def _checkpoint(self, batch_id: int, segment: int) -> None:
+        assert self.op is not None and self.master is not None  # noqa: S101
+        meta = {
+            "batch_id": batch_id,
+            "segment": segment,
+            "master_layout": self.master.layout(),
+            "partition_rows": self.master.partition_rows,
+            "chunk_bytes": self.op.chunk_bytes,
+            "totals": {
+                "records_in": self.totals.records_in,
+                "decoded_rows": self.totals.decoded_rows,
+                "dead_letters": self.totals.dead_letters,
+                "enriched_rows": self.totals.enriched_rows,
+                "batches": self.totals.batches,
+                "extra": self.totals.extra,
+            },
+        }
+        self.op.checkpoint(self.store, batch_id, meta)
+        self.last_batch, self.segment = batch_id, segment
+
+    # ------------------------------------------------------------------ batches
+    def process(self, batch_id: int, decode: Callable[[], Decoded]) -> dict[str, Any]:
+        """Process micro-batch ``batch_id``, whose records ``decode`` returns."""
+        with self.lock:
+            t0 = time.perf_counter()
+            if self.op is None:
+                self.open()
+            if self.last_batch is not None and batch_id <= self.last_batch:
+                self._rollback_before(batch_id)
+                self._prepare_sinks()
+            op = self.op
+            assert op is not None  # noqa: S101
+            decoded = decode()
+            records = decoded.rows.num_rows + decoded.dead.num_rows
+            t1 = time.perf_counter()
+            op.push(decoded.rows)
+            results = []
+            while op.buffered_tuples:
+                results.append(op.step())
+            if not results and op.waiting_tuples:
+                results.append(op.step())  # keep the R-cycle moving for tuples already waiting
+            t2 = time.perf_counter()
+            out = self._output(results)
+            self.sink.write(batch_id, 0, out)
+            self.dead_letter_sink.write(batch_id, 0, decoded.dead)
+            t3 = time.perf_counter()
+            self.totals.records_in += records
+            self.totals.decoded_rows += decoded.rows.num_rows
+            self.totals.dead_letters += decoded.dead.num_rows
+            self.totals.enriched_rows += out.num_rows
+            self.totals.batches += 1
+            self._checkpoint(batch_id, 0)
+            t4 = time.perf_counter()
+            return self._report(
+                "batch",
+                batch_id,
+                0,
+                records,
+                decoded,
+                results,
+                out,
+                {"decode": t1 - t0, "join": t2 - t1, "write": t3 - t2, "checkpoint": t4 - t3},
+            )
+
+    def drain(self, is_committed: Callable[[int], bool]) -> dict[str, Any] | None:
+        """Finish every waiting tuple's R-cycle as a new segment of the last committed batch."""
+        with self.lock:
+            if self.op is None:
+                self.open()
+            op = self.op
+            assert op is not None  # noqa: S101
+            if self.last_batch is None or op.waiting_tuples == 0 or not is_committed(self.last_batch):
+                return None
+            t0 = time.perf_counter()
+            results = list(op.drain())
+            t1 = time.perf_counter()
+            out = self._output(results)
+            segment = self.segment + 1
+            self.sink.write(self.last_batch, segment, out)
+            t2 = time.perf_counter()
+            self.totals.enriched_rows += out.num_rows
+            self._checkpoint(self.last_batch, segment)
+            t3 = time.perf_counter()
+            empty = Decoded(self.stream_schema.empty_table(), pa.table({}))
+            return self._report(
+                "drain",
+                self.last_batch,
+                segment,
+                0,
+                empty,
+                results,
+                out,
+                {"join": t1 - t0, "write": t2 - t1, "checkpoint": t3 - t2},
+            )
+
+    def _output(self, results: list[StepResult]) -> pa.Table:
+        assert self.op is not None  # noqa: S101
+        schema = self.op.output_schema
+        parts = [r.enriched for r in results if r.enriched.num_rows]
+        if self.settings.join_type == "left":
+            for r in results:
+                um = r.unmatched
+                if um.num_rows:
+                    cols = list(um.columns)
+                    for f in schema:
+                        if f.name not in um.column_names:
+                            cols.append(pa.nulls(um.num_rows, f.type))
+                    parts.append(pa.Table.from_arrays(cols[: len(schema)], schema=schema))
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    # ------------------------------------------------------------------ reporting
+    def _report(
+        self,
+        event: str,
+        batch_id: int,
+        segment: int,
+        records: int,
+        decoded: Decoded,
+        results: list[StepResult],
+        out: pa.Table,
+        seconds: dict[str, float],
+    ) -> dict[str, Any]:
+        op = self.op
+        assert op is not None  # noqa: S101
+        now = time.time()
+        wall = max(now - self._last_batch_end, 1e-9)
+        self._last_batch_end = now
+        t = op.totals()
+        busy = sum(r.metrics.c_loop_measured for r in results)
+        served = sum(r.metrics.w for r in results)
+        last = results[-1].metrics if results else None
+        progress: dict[str, Any] = {
+            "event": event,
+            "batch_id": batch_id,
+            "segment": segment,
+            "records_in": records,
+            "stream_rows": decoded.rows.num_rows,
+            "dead_letters": decoded.dead.num_rows,
+            "output_rows": out.num_rows,
+            "steps": len(results),
+            "arrival_rate": records / wall,
+            "service_rate": served / busy if busy > 0 else 0.0,
+            "cache_hit_share": (sum(r.metrics.w_n for r in results) / served) if served else 0.0,
+            "r_cycle": op.r_cycle,
+            "partition": last.partition if last else None,
+            "partitions": last.partitions if last else None,
+            "waiting_tuples": op.waiting_tuples,
+            "memory": op.memory().to_dict(),
+            "seconds": seconds,
+            "totals": {
+                "records_in": self.totals.records_in,
+                "dead_letters": self.totals.dead_letters,
+                "stream_rows": t["tuples_in"],
+                "matched_source_rows": t["matched_source_rows"],
+                "unmatched_source_rows": t["unmatched_source_rows"],
+                "waiting": t["waiting"],
+                "output_rows": self.totals.enriched_rows,
+                "cache_share": t["cache_share"],
+            },
+        }
+        self.last_progress = progress
+        log.info(json.dumps(progress, default=float))
+        return progress
+
+    def reconcile(self) -> dict[str, int]:
+        """Return the counts that must add up: records in = matched + unmatched + waiting + dead letters."""
+        assert self.op is not None  # noqa: S101
+        t = self.op.totals()
+        return {
+            "records_in": self.totals.records_in,
+            "matched_source_rows": int(t["matched_source_rows"]),
+            "unmatched_source_rows": int(t["unmatched_source_rows"]),
+            "waiting": int(t["waiting"]),
+            "dead_letters": self.totals.dead_letters,
+            "output_rows": self.totals.enriched_rows,
+        }
