@@ -1,0 +1,1 @@
+"""Adapters that connect the SSBJ pipeline to external systems (Kafka, databases, Spark)."""

@@ -1,0 +1,212 @@
+"""An idempotent warehouse sink into a database table (MariaDB/MySQL, PostgreSQL, SQLite).
+
+Every write of (batch id, segment) runs in one transaction: delete what an earlier attempt
+of that (batch id, segment) wrote, then insert the rows in chunks through ``executemany``
+(PyMySQL turns each chunk into multi-row ``INSERT ... VALUES (...), (...)`` statements).  A
+replayed write therefore replaces rows and never duplicates them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import URL, Connection, Engine
+
+from adapters.sql_common import RetryPolicy, SqlRunner, make_engine, safe_url, split_table_name
+from ssbj.errors import ConfigError, InputError
+from ssbj.pipeline.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
+
+log = logging.getLogger(__name__)
+
+_MYSQL = ("mysql", "mariadb")
+_MAX_IDENTIFIER = 60  # below MySQL's 64 and PostgreSQL's 63
+
+
+def sql_type_for_arrow(t: pa.DataType) -> sa.types.TypeEngine[Any] | None:
+    """Return the column type a new sink table gets for Arrow type ``t``, or None if unsupported."""
+    if pa.types.is_dictionary(t):
+        return sql_type_for_arrow(t.value_type)
+    if pa.types.is_boolean(t):
+        return sa.Boolean()
+    if pa.types.is_integer(t):
+        width = t.bit_width + (1 if pa.types.is_unsigned_integer(t) else 0)
+        if width <= 16:
+            return sa.SmallInteger()
+        if width <= 32:
+            return sa.Integer()
+        if width <= 64:
+            return sa.BigInteger()
+        return sa.Numeric(20, 0)  # uint64
+    if pa.types.is_float16(t) or pa.types.is_float32(t):
+        return sa.REAL()
+    if pa.types.is_float64(t):
+        return sa.Double()
+    if pa.types.is_decimal(t):
+        return sa.Numeric(t.precision, t.scale)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
+    if pa.types.is_fixed_size_binary(t):
+        return sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
+    if pa.types.is_date(t):
+        return sa.Date()
+    if pa.types.is_timestamp(t):
+        return sa.DateTime(timezone=t.tz is not None).with_variant(mysql.DATETIME(fsp=6), *_MYSQL)
+    if pa.types.is_time(t):
+        return sa.Time().with_variant(mysql.TIME(fsp=6), *_MYSQL)
+    return None
+
+
+def _index_name(table: str) -> str:
+    name = f"ix_{table}_ssbj_batch_seg"
+    if len(name) <= _MAX_IDENTIFIER:
+        return name
+    digest = hashlib.sha1(table.encode(), usedforsecurity=False).hexdigest()[:10]
+    return f"ix_{table[: _MAX_IDENTIFIER - 26]}_{digest}_ssbj_bs"
+
+
+class SqlTableSink:
+    """Rows of each (batch id, segment) in a database table, replaced atomically on every write."""
+
+    def __init__(
+        self,
+        target: Engine | URL | str,
+        table: str,
+        *,
+        create: bool = True,
+        chunk_rows: int = 5000,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        """Write into ``table`` (``schema.table`` allowed) through an engine or a URL.
+
+        With ``create`` a missing table is created at :meth:`prepare`; ``chunk_rows`` rows go
+        into one ``executemany`` call.
+        """
+        if chunk_rows < 1:
+            raise ConfigError(f"chunk_rows must be >= 1, got {chunk_rows}")
+        self._engine, self._owns_engine = make_engine(target)
+        self._table_name = table
+        self._schema_name, self._short_name = split_table_name(table)
+        self._create = create
+        self._chunk = chunk_rows
+        self._runner = SqlRunner(
+            self._engine, retry if retry is not None else RetryPolicy(), f"sink table {table}", log
+        )
+        self._sa_table: sa.Table | None = None
+        self._arrow_schema: pa.Schema | None = None
+        self._mysql = self._engine.dialect.name in _MYSQL
+
+    # ------------------------------------------------------------ prepare
+    def prepare(self, schema: pa.Schema) -> None:
+        """Create the table for rows of ``schema`` (plus batch id and segment) or check that it fits."""
+        for reserved in (BATCH_ID_COLUMN, SEGMENT_COLUMN):
+            if reserved in schema.names:
+                raise ConfigError(f"column {reserved!r} is reserved for the sink; rename it in the output")
+        dup = sorted({n for n in schema.names if schema.names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"output columns listed twice: {', '.join(dup)}")
+        self._sa_table = self._runner.run(
+            lambda conn: self._prepare(conn, schema), "preparing the sink table", transaction=True, terminal=ConfigError
+        )
+        self._arrow_schema = schema
+
+    def _prepare(self, conn: Connection, schema: pa.Schema) -> sa.Table:
+        insp = sa.inspect(conn)
+        if insp.has_table(self._short_name, schema=self._schema_name):
+            t = sa.Table(self._short_name, sa.MetaData(), schema=self._schema_name, autoload_with=conn)
+            have = [c.name for c in t.columns]
+            missing = [n for n in [*schema.names, BATCH_ID_COLUMN, SEGMENT_COLUMN] if n not in have]
+            if missing:
+                raise ConfigError(
+                    f"sink table {self._table_name!r} in {safe_url(self._engine)} lacks column(s) "
+                    f"{', '.join(map(repr, missing))} (it has: {', '.join(have)})"
+                )
+            return t
+        if not self._create:
+            raise ConfigError(f"sink table {self._table_name!r} does not exist in {safe_url(self._engine)}")
+        cols: list[sa.Column[Any]] = []
+        for f in schema:
+            st = sql_type_for_arrow(f.type)
+            if st is None:
+                raise ConfigError(f"output column {f.name!r} has Arrow type {f.type}, which the SQL sink cannot store")
+            cols.append(sa.Column(f.name, st, nullable=f.nullable))
+        cols.append(sa.Column(BATCH_ID_COLUMN, sa.BigInteger(), nullable=False))
+        cols.append(sa.Column(SEGMENT_COLUMN, sa.Integer(), nullable=False))
+        t = sa.Table(self._short_name, sa.MetaData(), *cols, schema=self._schema_name)
+        sa.Index(_index_name(self._short_name), t.c[BATCH_ID_COLUMN], t.c[SEGMENT_COLUMN])
+        t.create(conn)
+        log.info("created sink table %s on %s", self._table_name, safe_url(self._engine))
+        return t
+
+    # ------------------------------------------------------------ write
+    def write(self, batch_id: int, segment: int, table: pa.Table) -> None:
+        """Replace the rows of (``batch_id``, ``segment``) by ``table`` in one transaction."""
+        if self._sa_table is None or self._arrow_schema is None:
+            raise ConfigError("SqlTableSink.write before prepare()")
+        if batch_id < 0 or segment < 0:
+            raise ValueError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
+        if table.schema.names != self._arrow_schema.names:
+            raise InputError(
+                f"rows for sink table {self._table_name!r} have columns {table.schema.names}, "
+                f"prepared for {self._arrow_schema.names}"
+            )
+        t = self._sa_table
+        delete = sa.delete(t).where(
+            t.c[BATCH_ID_COLUMN] == sa.bindparam("b_id", type_=sa.BigInteger()),
+            t.c[SEGMENT_COLUMN] == sa.bindparam("b_seg", type_=sa.Integer()),
+        )
+        insert = sa.insert(t)
+
+        def work(conn: Connection) -> int:
+            deleted = conn.execute(delete, {"b_id": batch_id, "b_seg": segment}).rowcount
+            for params in self._param_chunks(batch_id, segment, table):
+                conn.execute(insert, params)
+            return int(deleted)
+
+        deleted = self._runner.run(work, f"writing batch {batch_id} segment {segment}", transaction=True)
+        if deleted:
+            log.info(
+                "sink %s: batch %d segment %d replaced %d earlier rows", self._table_name, batch_id, segment, deleted
+            )
+
+    def _param_chunks(self, batch_id: int, segment: int, table: pa.Table) -> Iterator[list[dict[str, Any]]]:
+        """Bound-parameter dicts for executemany, ``chunk_rows`` per list, built column-wise."""
+        names = [*table.schema.names, BATCH_ID_COLUMN, SEGMENT_COLUMN]
+        for start in range(0, table.num_rows, self._chunk):
+            part = table.slice(start, self._chunk)
+            cols: list[Sequence[Any]] = [self._python_values(part.column(i)) for i in range(part.num_columns)]
+            n = part.num_rows
+            cols.append([batch_id] * n)
+            cols.append([segment] * n)
+            yield [dict(zip(names, row, strict=True)) for row in zip(*cols, strict=True)]
+
+    def _python_values(self, col: pa.ChunkedArray) -> list[Any]:
+        t = col.type
+        if pa.types.is_dictionary(t):
+            col = col.cast(t.value_type)
+            t = col.type
+        if pa.types.is_timestamp(t):
+            if t.unit == "ns":  # databases keep microseconds
+                col = pc.cast(col, pa.timestamp("us", tz=t.tz), safe=False)
+            if t.tz is not None and self._mysql:  # MySQL DATETIME has no zone: store UTC
+                col = col.cast(pa.timestamp("us"))
+        elif pa.types.is_string_view(t):
+            col = col.cast(pa.large_string())
+        elif pa.types.is_binary_view(t):
+            col = col.cast(pa.large_binary())
+        elif pa.types.is_time(t) and t == pa.time64("ns"):
+            col = pc.cast(col, pa.time64("us"), safe=False)
+        return col.to_pylist()  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Release the engine's connections (if the sink created the engine)."""
+        if self._owns_engine:
+            self._engine.dispose()

@@ -1,0 +1,224 @@
+"""What the SQL master scan and the SQL sink share: engines, retries, identifiers, type mapping."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, Connection, Engine
+
+from ssbj.errors import ConfigError, TerminalError, TransientError
+
+T = TypeVar("T")
+
+# MySQL/MariaDB server errors worth a retry: too many connections, server shutting down,
+# network read/write errors, lock wait timeout, deadlock, connection killed, idle timeout.
+_MYSQL_TRANSIENT = frozenset({1040, 1053, 1158, 1159, 1160, 1161, 1205, 1213, 1927, 4031})
+# PostgreSQL SQLSTATEs worth a retry (class 08 connection exceptions are matched by prefix):
+# serialization failure, deadlock, lock not available, too many connections, admin/crash
+# shutdown, cannot connect now.
+_PG_TRANSIENT = frozenset({"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff: ``attempts`` tries; waits start at ``initial_backoff`` s, doubling up to ``max_backoff``."""
+
+    attempts: int = 5
+    initial_backoff: float = 0.5
+    max_backoff: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigError(f"retry attempts must be >= 1, got {self.attempts}")
+        if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff:
+            raise ConfigError(
+                f"retry backoff must satisfy 0 <= initial ({self.initial_backoff}) <= max ({self.max_backoff})"
+            )
+
+    def delays(self) -> list[float]:
+        """Return the waits between consecutive attempts (``attempts - 1`` of them)."""
+        out: list[float] = []
+        d = self.initial_backoff
+        for _ in range(self.attempts - 1):
+            out.append(d)
+            d = min(d * 2, self.max_backoff)
+        return out
+
+
+def make_engine(source: Engine | URL | str) -> tuple[Engine, bool]:
+    """Return ``(engine, owned)``: a given engine as is, or a new one (``pool_pre_ping``) for a URL."""
+    if isinstance(source, Engine):
+        return source, False
+    try:
+        url = sa.make_url(source)
+    except sa_exc.ArgumentError as e:
+        raise ConfigError(f"not a database URL: {e}") from None
+    try:
+        return sa.create_engine(url, pool_pre_ping=True), True
+    except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as e:
+        where = url.render_as_string(hide_password=True)
+        raise ConfigError(f"cannot create an engine for {where}: {type(e).__name__}: {e}") from None
+
+
+def safe_url(engine: Engine) -> str:
+    """Return the engine's URL with the password hidden, for logs and messages."""
+    return engine.url.render_as_string(hide_password=True)
+
+
+def split_table_name(name: str) -> tuple[str | None, str]:
+    """``"schema.table"`` -> ``("schema", "table")``; ``"table"`` -> ``(None, "table")``."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"table name must be a non-empty string, got {name!r}")
+    parts = name.split(".")
+    if len(parts) > 2 or any(not p or "\x00" in p for p in parts):
+        raise ConfigError(f"table name must be 'table' or 'schema.table', got {name!r}")
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying may help: lost or refused connections, pool timeouts, deadlocks, locks."""
+    if isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError):
+        return True
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    code = orig.args[0] if orig is not None and orig.args and isinstance(orig.args[0], int) else None
+    module = type(orig).__module__ if orig is not None else ""
+    if module.startswith(("pymysql", "MySQLdb", "mysql", "mariadb")) and code is not None:
+        # 2000-2999 are client-side errors: cannot connect, server gone away, lost connection...
+        return 2000 <= code < 3000 or code in _MYSQL_TRANSIENT
+    sqlstate = getattr(orig, "sqlstate", None) if orig is not None else None
+    if module.startswith(("psycopg", "psycopg2", "asyncpg", "pg8000")):
+        if sqlstate is None:  # failed to connect, or the connection broke: no server answer
+            return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
+        return str(sqlstate).startswith("08") or sqlstate in _PG_TRANSIENT
+    if module.startswith("sqlite3"):
+        return "locked" in str(orig).lower() or "busy" in str(orig).lower()
+    # unknown driver: PEP 249 OperationalError covers disconnects and similar failures
+    return isinstance(exc, sa_exc.OperationalError)
+
+
+def describe_error(exc: BaseException, engine: Engine) -> str:
+    """``Class: driver message`` without the SQL text, parameters or password."""
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+    msg = " ".join(str(orig).split())[:300]
+    password = engine.url.password
+    if password:
+        msg = msg.replace(str(password), "***")
+    return f"{type(orig).__name__}: {msg}"
+
+
+class SqlRunner:
+    """Runs a unit of work on a fresh connection, retrying transient failures with backoff."""
+
+    def __init__(self, engine: Engine, retry: RetryPolicy, what: str, logger: logging.Logger) -> None:
+        self.engine = engine
+        self.retry = retry
+        self.what = what
+        self._log = logger
+
+    def run(
+        self,
+        work: Callable[[Connection], T],
+        action: str,
+        *,
+        transaction: bool = False,
+        terminal: type[TerminalError] = TerminalError,
+    ) -> T:
+        """Run ``work(conn)`` (inside one transaction if ``transaction``), retrying transient errors.
+
+        After the last attempt a :class:`TransientError` is raised; a database error that a
+        retry cannot fix is raised as ``terminal`` (both name the database and ``what``).
+        """
+        delays = self.retry.delays()
+        t0 = time.monotonic()
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                with self.engine.connect() as conn:
+                    if not transaction:
+                        return work(conn)
+                    with conn.begin():
+                        return work(conn)
+            except (sa_exc.DBAPIError, sa_exc.DisconnectionError, sa_exc.TimeoutError) as e:
+                where = safe_url(self.engine)
+                if not is_transient(e):
+                    raise terminal(f"{action} ({self.what} on {where}) failed: {describe_error(e, self.engine)}") from e
+                if attempt == self.retry.attempts:
+                    raise TransientError(
+                        f"{action} ({self.what} on {where}) failed {attempt} times in "
+                        f"{time.monotonic() - t0:.1f} s; last error {describe_error(e, self.engine)}"
+                    ) from e
+                delay = delays[attempt - 1]
+                self._log.warning(
+                    "%s (%s on %s): attempt %d/%d failed with %s; retrying in %.2f s",
+                    action,
+                    self.what,
+                    where,
+                    attempt,
+                    self.retry.attempts,
+                    type(e.orig if isinstance(e, sa_exc.DBAPIError) and e.orig is not None else e).__name__,
+                    delay,
+                )
+                time.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def arrow_type_for_sql(sql_type: sa.types.TypeEngine[object], dialect: str) -> pa.DataType | None:
+    """Return the Arrow type that holds every value of a reflected column type, or None if unsupported."""
+    t = sql_type
+    name = type(t).__name__.upper()
+    if isinstance(t, sa.Boolean):
+        return pa.bool_()
+    if isinstance(t, sa.Integer):
+        if dialect == "sqlite":  # SQLite integers are 64-bit whatever the declared type
+            return pa.int64()
+        unsigned = bool(getattr(t, "unsigned", False))
+        if name == "TINYINT":
+            return pa.uint8() if unsigned else pa.int8()
+        if isinstance(t, sa.SmallInteger) or name == "SMALLINT":
+            return pa.uint16() if unsigned else pa.int16()
+        if isinstance(t, sa.BigInteger) or name == "BIGINT":
+            return pa.uint64() if unsigned else pa.int64()
+        return pa.uint32() if unsigned else pa.int32()  # INTEGER, MEDIUMINT
+    if isinstance(t, sa.Float):
+        if isinstance(t, sa.Double) or dialect == "sqlite":
+            return pa.float64()
+        if isinstance(t, sa.REAL) and dialect == "postgresql":
+            return pa.float32()
+        if name == "FLOAT" and dialect in ("mysql", "mariadb") and (t.precision is None or t.precision <= 24):
+            return pa.float32()
+        return pa.float64()
+    if isinstance(t, sa.Numeric):
+        p, s = t.precision, t.scale
+        if p is None:
+            return None  # unconstrained NUMERIC: no exact Arrow type
+        s = s or 0
+        return pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
+    if isinstance(t, sa.DateTime):
+        return pa.timestamp("us", tz="UTC") if t.timezone else pa.timestamp("us")
+    if isinstance(t, sa.Date):
+        return pa.date32()
+    if isinstance(t, sa.String):  # VARCHAR, CHAR, TEXT, ENUM, ...
+        return pa.string()
+    if isinstance(t, sa.LargeBinary | sa.types._Binary):
+        return pa.binary()
+    return None
+
+
+def read_type_for(arrow_type: pa.DataType, sql_type: sa.types.TypeEngine[object]) -> sa.types.TypeEngine[object]:
+    """Return the SQLAlchemy type to read a column as, so that the driver's value fits ``arrow_type``.
+
+    Reflected MySQL FLOAT/DOUBLE columns would otherwise come back as ``Decimal``.
+    """
+    if pa.types.is_floating(arrow_type):
+        return sa.Double(asdecimal=False)
+    return sql_type
