@@ -29,6 +29,7 @@ import pyarrow as pa
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, plan_memory
 from ssbj.core.operator import JoinSpec, SemiStreamJoin, StepResult
+from ssbj.pipeline import faults
 from ssbj.pipeline.contracts import CheckpointedMasterScan, WarehouseSink
 from ssbj.pipeline.records import Decoded
 
@@ -111,6 +112,7 @@ class EnrichmentProcessor:
         self.last_progress: dict[str, Any] = {}
         self._last_batch_end = time.time()
         self._prepared = False
+        self._completed = 0  # stream tuples completed (matched or unmatched) at the last report
 
     # ------------------------------------------------------------------ state
     def open(self) -> None:
@@ -160,6 +162,7 @@ class EnrichmentProcessor:
         self.last_batch = None
         self.segment = 0
         self.totals = Totals()
+        self._completed = 0
 
     def _restore(self, checkpoint_id: int) -> None:
         meta = SemiStreamJoin.checkpoint_meta(self.store, checkpoint_id)
@@ -174,6 +177,8 @@ class EnrichmentProcessor:
             checkpoint_id,
             self.cost_model,
         )
+        t0 = self.op.totals()
+        self._completed = int(t0["matched_source_rows"]) + int(t0["unmatched_source_rows"])
         self.last_batch = int(meta["batch_id"])
         self.segment = int(meta["segment"])
         t = dict(meta["totals"])
@@ -204,7 +209,7 @@ class EnrichmentProcessor:
                 "extra": self.totals.extra,
             },
         }
-        self.op.checkpoint(self.store, batch_id, meta)
+        self.op.checkpoint(faults.store_for(self.store, batch_id), batch_id, meta)
         self.last_batch, self.segment = batch_id, segment
 
     # ------------------------------------------------------------------ batches
@@ -220,6 +225,7 @@ class EnrichmentProcessor:
             op = self.op
             assert op is not None  # noqa: S101
             decoded = decode()
+            faults.crash_point("after-decode", batch_id)
             records = decoded.rows.num_rows + decoded.dead.num_rows
             t1 = time.perf_counter()
             op.push(decoded.rows)
@@ -232,6 +238,7 @@ class EnrichmentProcessor:
             out = self._output(results)
             self.sink.write(batch_id, 0, out)
             self.dead_letter_sink.write(batch_id, 0, decoded.dead)
+            faults.crash_point("after-sink", batch_id)
             t3 = time.perf_counter()
             self.totals.records_in += records
             self.totals.decoded_rows += decoded.rows.num_rows
@@ -239,6 +246,7 @@ class EnrichmentProcessor:
             self.totals.enriched_rows += out.num_rows
             self.totals.batches += 1
             self._checkpoint(batch_id, 0)
+            faults.crash_point("after-checkpoint", batch_id)
             t4 = time.perf_counter()
             return self._report(
                 "batch",
@@ -317,6 +325,8 @@ class EnrichmentProcessor:
         t = op.totals()
         busy = sum(r.metrics.c_loop_measured for r in results)
         served = sum(r.metrics.w for r in results)
+        completed = int(t["matched_source_rows"]) + int(t["unmatched_source_rows"])
+        done_now, self._completed = completed - self._completed, completed
         last = results[-1].metrics if results else None
         progress: dict[str, Any] = {
             "event": event,
@@ -328,7 +338,8 @@ class EnrichmentProcessor:
             "output_rows": out.num_rows,
             "steps": len(results),
             "arrival_rate": records / wall,
-            "service_rate": served / busy if busy > 0 else 0.0,
+            "completed_tuples": done_now,
+            "service_rate": done_now / busy if busy > 0 else 0.0,
             "cache_hit_share": (sum(r.metrics.w_n for r in results) / served) if served else 0.0,
             "r_cycle": op.r_cycle,
             "partition": last.partition if last else None,
