@@ -24,6 +24,7 @@ import base64
 import datetime as dt
 import decimal
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,8 @@ def encode_value(v: object) -> dict[str, Any]:
         return {"t": "float", "v": v.hex()}
     if isinstance(v, bytes | bytearray | memoryview):
         return {"t": "bytes", "v": base64.b64encode(bytes(v)).decode("ascii")}
+    if isinstance(v, uuid.UUID):
+        return {"t": "uuid", "v": str(v)}
     raise ConfigError(f"page column values of type {type(v).__name__} cannot be saved in a layout")
 
 
@@ -91,9 +94,28 @@ def decode_value(d: Mapping[str, Any]) -> object:
             return float.fromhex(v)
         if tag == "bytes":
             return base64.b64decode(v)
+        if tag == "uuid":
+            return uuid.UUID(v)
     except (KeyError, TypeError, ValueError, decimal.InvalidOperation) as e:
         raise ConfigError(f"bad boundary value in master layout: {d!r} ({e})") from None
     raise ConfigError(f"bad boundary value in master layout: unknown type tag in {d!r}")
+
+
+_TAGS: dict[type | None, str] = {
+    int: "int",
+    str: "str",
+    dt.date: "date",
+    dt.datetime: "datetime",
+    uuid.UUID: "uuid",
+    bytes: "bytes",
+}
+
+
+def _python_type(col: sa.Column[Any]) -> type | None:
+    try:
+        return col.type.python_type
+    except NotImplementedError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -250,7 +272,13 @@ class SqlMasterScan:
         num_rows = layout.get("num_rows")
         if not isinstance(bounds, list) or not isinstance(num_rows, int) or num_rows < 0:
             raise ConfigError("master layout needs a list 'bounds' and an integer 'num_rows' >= 0")
-        return _Layout(tuple(decode_value(b) for b in bounds), num_rows)
+        values = tuple(decode_value(b) for b in bounds)
+        tag = _TAGS.get(_python_type(self._page))
+        if tag is not None and any(b["t"] != tag for b in bounds):
+            raise ConfigError(
+                f"master layout boundaries are not all of type {tag!r}, the type of page column {self._page.name!r}"
+            )
+        return _Layout(values, num_rows)
 
     # ------------------------------------------------------------ layout
     def _compute_layout(self, conn: Connection) -> _Layout:

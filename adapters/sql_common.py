@@ -24,6 +24,8 @@ _MYSQL_TRANSIENT = frozenset({1040, 1053, 1158, 1159, 1160, 1161, 1205, 1213, 19
 # serialization failure, deadlock, lock not available, too many connections, admin/crash
 # shutdown, cannot connect now.
 _PG_TRANSIENT = frozenset({"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"})
+# libpq connection failures carry no SQLSTATE; these messages will not go away on retry
+_PG_CONNECT_TERMINAL = ("does not exist", "authentication failed", "pg_hba.conf", "permission denied")
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,10 @@ def is_transient(exc: BaseException) -> bool:
         return 2000 <= code < 3000 or code in _MYSQL_TRANSIENT
     sqlstate = getattr(orig, "sqlstate", None) if orig is not None else None
     if module.startswith(("psycopg", "psycopg2", "asyncpg", "pg8000")):
-        if sqlstate is None:  # failed to connect, or the connection broke: no server answer
+        if sqlstate is None:  # failed to connect, or the connection broke: no SQLSTATE
+            text = str(orig).lower()
+            if any(m in text for m in _PG_CONNECT_TERMINAL):
+                return False
             return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
         return str(sqlstate).startswith("08") or sqlstate in _PG_TRANSIENT
     if module.startswith("sqlite3"):

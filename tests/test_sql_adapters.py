@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from reference import as_multiset, batch_join
 from svc_mariadb import PASSWORD, MariaDBServer, mariadb_server  # noqa: F401
 
-from adapters.master_sql import SqlMasterScan
+from adapters.master_sql import SqlMasterScan, decode_value, encode_value
 from adapters.sink_parquet import SCHEMA_FILE, ParquetDirSink, file_name
 from adapters.sink_sql import SqlTableSink
 from adapters.sql_common import RetryPolicy, is_transient
@@ -108,6 +108,25 @@ def test_partitions_cover_the_table_once(engine: sa.Engine) -> None:
     assert scan.read_partition(3).equals(parts[3])
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        -(2**62),
+        "ä/b c",
+        dt.date(2024, 2, 29),
+        dt.datetime(2024, 2, 29, 1, 2, 3, 4),
+        dt.datetime(2024, 2, 29, 1, 2, 3, tzinfo=dt.UTC),
+        decimal.Decimal("-12.340"),
+        0.1,
+        b"\x00\xff",
+        uuid.UUID(int=12345),
+    ],
+)
+def test_boundary_values_survive_json(value: object) -> None:
+    back = decode_value(json.loads(json.dumps(encode_value(value))))
+    assert back == value and type(back) is type(value)
+
+
 def test_exact_multiple_of_b_has_no_empty_last_partition(engine: sa.Engine) -> None:
     name, _ = make_master(engine, 97 * 4)
     scan = SqlMasterScan(engine, name, "k", 97)
@@ -173,6 +192,8 @@ def test_layout_round_trip_and_later_changes(engine: sa.Engine) -> None:
         SqlMasterScan(engine, name, "k", 97, layout=saved | {"page_column": "other"})
     with pytest.raises(ConfigError, match="boundary"):
         SqlMasterScan(engine, name, "k", 97, layout=saved | {"bounds": [{"t": "int", "v": "x"}]})
+    with pytest.raises(ConfigError, match="not all of type 'int'"):
+        SqlMasterScan(engine, name, "k", 97, layout=saved | {"bounds": [{"t": "str", "v": "x"}]})
 
     fresh = restored.repartition(200)
     assert fresh.num_rows == 1002
@@ -425,6 +446,7 @@ OUT = pa.table(
         "score": pa.array([0.5, 1.5, None, 3.0], pa.float64()),
         "day": pa.array([dt.date(2024, 1, 1), None, dt.date(2024, 1, 3), dt.date(2024, 1, 4)], pa.date32()),
         "ts": pa.array([dt.datetime(2024, 1, 1, 1, 2, 3, 456789), None, None, None], pa.timestamp("us")),
+        "tz": pa.array([dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC), None, None, None], pa.timestamp("us", "UTC")),
     }
 )
 
@@ -454,6 +476,7 @@ def test_sql_sink_replaces_each_batch_and_segment(engine: sa.Engine) -> None:
     rows = sorted(r for r in sink_rows(sink, full=True) if r[-2:] == (1, 0))
     assert rows[0][:3] == (1, "a", decimal.Decimal("1.50"))
     assert rows[0][4:6] == (dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 1, 2, 3, 456789))
+    assert rows[0][6].replace(tzinfo=None) == dt.datetime(2024, 5, 6, 7, 8, 9)  # MariaDB/SQLite keep UTC, naive
     assert rows[3][1] == "d" * 500
     # a second sink on the existing table (a restarted job) checks it and replaces as well
     again = SqlTableSink(engine, sink._table_name, create=False)
