@@ -214,6 +214,9 @@ class KafkaSourceOptions:
             "group.id": "ssbj-kafka-source",  # required by the client; never joined or committed
             "reconnect.backoff.max.ms": max(self.retry_backoff_max_ms, 10),
             "fetch.wait.max.ms": 10,  # consumers are only assigned while reading, so no idle polling
+            # librdkafka pauses fetching for this long once its prefetch queue is full (default 1 s),
+            # which stalls a reader that drains the queue quickly
+            "fetch.queue.backoff.ms": 10,
             "socket.timeout.ms": max(self.request_timeout_ms, 10),
         }
         conf.update(dict(self.client_settings))
