@@ -8,6 +8,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# real services started by the tests themselves: a Tansu broker and a MariaDB server
+pytest_plugins = ["svc_kafka", "svc_mariadb"]
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
