@@ -100,7 +100,7 @@ T = TypeVar("T")
 
 _SENSITIVE = ("password", "secret", "sasl", "token", "key")
 _BATCH_ROWS = 10_000
-_POLL_SLICE_S = 0.02
+_POLL_SLICE_S = 0.005
 
 
 def _kafka() -> Any:
@@ -217,6 +217,7 @@ class KafkaSourceOptions:
             # librdkafka pauses fetching for this long once its prefetch queue is full (default 1 s),
             # which stalls a reader that drains the queue quickly
             "fetch.queue.backoff.ms": 10,
+            "log.connection.close": False,  # brokers close idle connections; not worth a log line
             "socket.timeout.ms": max(self.request_timeout_ms, 10),
         }
         conf.update(dict(self.client_settings))
@@ -651,6 +652,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         consumer.assign([ck.TopicPartition(self.options.topic, p, begin[p]) for p in sorted(open_)])
         poll_timeout = self.options.poll_timeout_ms / 1000.0
         idle_since = time.monotonic()
+        paused: list[Any] = []
         try:
             while open_:
                 want = (
@@ -683,9 +685,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if lim is not None and off + 1 >= lim:
                         ends[p] = lim
                         open_.discard(p)
+                        # stop fetching it and drop what was prefetched, or the scan wades through it
+                        consumer.pause([ck.TopicPartition(self.options.topic, p)])
+                        paused.append(ck.TopicPartition(self.options.topic, p))
                     else:
                         ends[p] = max(ends[p], off + 1)
         finally:
+            if paused:
+                consumer.resume(paused)  # pause state would otherwise outlive the assignment
             consumer.unassign()
         down = [e for e in self._errors if e.code() == ck.KafkaError._ALL_BROKERS_DOWN]
         if open_ and down:
