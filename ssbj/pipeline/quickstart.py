@@ -39,6 +39,7 @@ join:
   algorithm: ssbj
   type: inner
   memory: 64MiB
+  step_rows: 5000
 sink:
   kind: database
   url: sqlite:///{warehouse_db}
@@ -68,7 +69,7 @@ def add_command(sub: Any) -> None:
     q.add_argument("dir", help="directory to create")
     q.add_argument("--customers", type=int, default=20_000)
     q.add_argument("--orders", type=int, default=200_000)
-    q.add_argument("--files", type=int, default=8)
+    q.add_argument("--files", type=int, default=40)
     q.add_argument("--seed", type=int, default=1)
     q.set_defaults(handler=lambda a, _extra: cmd_quickstart(a))
 
