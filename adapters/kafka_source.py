@@ -158,11 +158,21 @@ class KafkaSourceOptions:
         """Parse Spark reader options (keys are case-insensitive).
 
         ``kafka.bootstrap.servers`` and ``subscribe`` (one topic) are required. Optional:
-        ``startingOffsets`` (``earliest`` | ``latest`` | ``{"topic": {"0": 5, "1": -2}}`` with -2
-        earliest and -1 latest), ``maxOffsetsPerTrigger`` (offsets per micro-batch, all
-        partitions together), ``endOffsets`` (``consume`` | ``watermark``), ``pollTimeoutMs``,
-        ``requestTimeoutMs``, ``retries``, ``retryBackoffMs``, ``retryBackoffMaxMs``; any other
-        ``kafka.<name>`` is passed to the confluent-kafka client as ``<name>``.
+
+        - ``startingOffsets``: ``earliest`` (default) | ``latest`` | ``{"topic": {"0": 5, "1": -2}}``
+          with -2 earliest and -1 latest; unlisted partitions start at earliest.
+        - ``maxOffsetsPerTrigger``: offsets per micro-batch, all partitions together, split evenly
+          (a partition with less data leaves its share to the others).
+        - ``endOffsets``: ``consume`` (default) | ``watermark``, see the module docstring.
+        - ``pollTimeoutMs`` (1000): silence after which the driver's scan takes a partition as
+          ended, and after which an executor read counts as a failed attempt.
+        - ``requestTimeoutMs`` (10000): metadata and watermark requests.
+        - ``retries`` (5), ``retryBackoffMs`` (200), ``retryBackoffMaxMs`` (10000): a failed
+          broker call is retried up to ``retries`` times, waiting ``retryBackoffMs`` doubled each
+          time up to ``retryBackoffMaxMs``, then :class:`KafkaSourceError` is raised.
+        - ``kafka.<name>``: passed to the confluent-kafka client as ``<name>`` (security
+          settings, ``client.id``, fetch sizes...). Values of names containing password,
+          secret, sasl, token or key are never logged.
         """
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
