@@ -1,0 +1,126 @@
+"""Job-file validation: clear messages, identifiers checked, secrets never in the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ssbj.cli import main
+from ssbj.config import load_config, parse_config
+from ssbj.errors import ConfigError
+
+
+def _base(**over: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "source": {"kind": "files", "path": "/tmp/landing", "format": "jsonl"},
+        "schema": {"id": "int64", "k": "int64", "note": "string", "amt": "decimal(12,2)"},
+        "master": {"url": "sqlite:///m.db", "table": "customer", "key": "c_custkey"},
+        "join": {"stream_key": "k"},
+        "sink": {"kind": "parquet", "path": "/tmp/out"},
+        "dead_letter": {"kind": "parquet", "path": "/tmp/dl"},
+        "checkpoint": "/tmp/ck",
+    }
+    for k, v in over.items():
+        cfg[k] = v
+    return cfg
+
+
+def _error(data: Any) -> str:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, "job.yaml")
+    return str(exc.value)
+
+
+def test_valid_file_gives_typed_settings() -> None:
+    cfg = parse_config(_base(join={"stream_key": "k", "memory": "1.5GiB"}))
+    assert cfg.join.memory_bytes == 3 * 2**29
+    assert cfg.stream_schema.field("amt").type.precision == 12
+    assert cfg.trigger.mode == "available-now"
+    assert cfg.spark_checkpoint.endswith("/spark") and cfg.operator_checkpoint.endswith("/operator")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"source": {"kind": "kafak"}}, "source: Input tag 'kafak'"),
+        ({"schema": {"k": "strin"}}, "schema: unknown type 'strin'; allowed: int8"),
+        ({"join": {"stream_key": "nope"}}, "join.stream_key 'nope' is not a column of schema"),
+        ({"join": {"stream_key": "k", "memory": "12XB"}}, "join.memory: bad size value '12XB'"),
+        ({"join": {"stream_key": "k", "algorithm": "hash"}}, "join.algorithm: Input should be 'ssbj' or 'meshjoin'"),
+        ({"trigger": {"mode": "sometimes"}}, "trigger.mode: Input should be 'available-now' or 'processing-time'"),
+        ({"master": {"url": "sqlite:///m.db", "table": "t; drop table x", "key": "k"}}, "master.table: table"),
+        ({"master": {"url": "sqlite:///m.db", "table": "t", "key": "k`"}}, "master.key: column 'k`'"),
+        ({"sink": {"kind": "database", "url": "sqlite:///w.db"}}, "sink.database.table: Field required"),
+        ({"schema": {"k": "int64", "ssbj_batch_id": "int64"}}, "reserved prefix ssbj_"),
+        ({"surprise": 1}, "surprise: Extra inputs are not permitted"),
+    ],
+)
+def test_errors_name_the_field_and_the_allowed_values(change: dict[str, Any], expected: str) -> None:
+    msg = _error(_base(**change))
+    assert msg.startswith("job.yaml: invalid job configuration")
+    assert expected in msg, msg
+
+
+def test_password_in_url_is_rejected_and_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    msg = _error(_base(master={"url": "mysql+pymysql://etl:hunter2@db/crm", "table": "t", "key": "k"}))
+    assert "contains a password" in msg and "hunter2" not in msg
+    cfg = parse_config(
+        _base(master={"url": "mysql+pymysql://etl@db:3306/crm", "password_env": "CRM_PW", "table": "t", "key": "k"})
+    )
+    with pytest.raises(ConfigError, match="CRM_PW"):
+        cfg.master.resolve()
+    monkeypatch.setenv("CRM_PW", "p@ss:w/rd")
+    url = cfg.master.resolve()
+    assert "p@ss" not in str(url) and "p@ss" not in repr(url)
+    import sqlalchemy as sa
+
+    assert sa.engine.make_url(url.get_secret_value()).password == "p@ss:w/rd"
+    assert cfg.master.display() == "mysql+pymysql://etl@db:3306/crm"
+
+
+def test_airflow_connection_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_CRM_DB", "mysql://etl:s%40cret@db1:3307/crm")
+    cfg = parse_config(_base(master={"connection_id": "crm_db", "table": "t", "key": "k"}))
+    import sqlalchemy as sa
+
+    url = sa.engine.make_url(cfg.master.resolve().get_secret_value())
+    assert (url.drivername, url.host, url.port, url.database, url.password) == (
+        "mysql+pymysql",
+        "db1",
+        3307,
+        "crm",
+        "s@cret",
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_PG", '{"conn_type": "postgres", "host": "pg", "login": "u", "password": "x"}')
+    cfg = parse_config(_base(master={"connection_id": "pg", "table": "t", "key": "k"}))
+    assert cfg.master.resolve().get_secret_value().startswith("postgresql+psycopg://u:x@pg")
+
+
+def test_secret_looking_kafka_options_must_come_from_the_environment() -> None:
+    msg = _error(
+        _base(
+            source={
+                "kind": "kafka",
+                "bootstrap_servers": "b:9092",
+                "topic": "t",
+                "options": {"sasl.password": "x"},
+            }
+        )
+    )
+    assert "secret_options_env" in msg
+
+
+def test_cli_validate_reports_yaml_and_field_errors(tmp_path: Path, capsys: Any) -> None:
+    bad = tmp_path / "job.yaml"
+    bad.write_text("source: [unclosed\n")
+    assert main(["validate", str(bad)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+    bad.write_text("source: {kind: files, path: /x, format: xml}\n")
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "source.files.format: Input should be 'csv', 'jsonl' or 'parquet'" in err
+    assert "master: Field required" in err
+    with pytest.raises(ConfigError, match="cannot read job file"):
+        load_config(tmp_path / "missing.yaml")
