@@ -14,13 +14,13 @@ from ssbj.errors import ConfigError
 
 def _base(**over: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "source": {"kind": "files", "path": "/tmp/landing", "format": "jsonl"},
+        "source": {"kind": "files", "path": "/data/landing", "format": "jsonl"},
         "schema": {"id": "int64", "k": "int64", "note": "string", "amt": "decimal(12,2)"},
         "master": {"url": "sqlite:///m.db", "table": "customer", "key": "c_custkey"},
         "join": {"stream_key": "k"},
-        "sink": {"kind": "parquet", "path": "/tmp/out"},
-        "dead_letter": {"kind": "parquet", "path": "/tmp/dl"},
-        "checkpoint": "/tmp/ck",
+        "sink": {"kind": "parquet", "path": "/data/out"},
+        "dead_letter": {"kind": "parquet", "path": "/data/dl"},
+        "checkpoint": "/data/ck",
     }
     for k, v in over.items():
         cfg[k] = v
@@ -76,7 +76,7 @@ def test_password_in_url_is_rejected_and_read_from_the_environment(monkeypatch: 
     assert "p@ss" not in str(url) and "p@ss" not in repr(url)
     import sqlalchemy as sa
 
-    assert sa.engine.make_url(url.get_secret_value()).password == "p@ss:w/rd"
+    assert sa.engine.make_url(url.get_secret_value()).password == "p@ss:w/rd"  # noqa: S105
     assert cfg.master.display() == "mysql+pymysql://etl@db:3306/crm"
 
 
@@ -124,3 +124,11 @@ def test_cli_validate_reports_yaml_and_field_errors(tmp_path: Path, capsys: Any)
     assert "master: Field required" in err
     with pytest.raises(ConfigError, match="cannot read job file"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_example_job_files_are_valid() -> None:
+    examples = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+    assert len(examples) >= 2
+    for path in examples:
+        cfg = load_config(path)  # rejects a password written into a URL
+        assert cfg.join.stream_key in cfg.schema_

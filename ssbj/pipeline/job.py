@@ -129,11 +129,19 @@ class EnrichmentJob:
             progress = self.processor.process(int(batch_id), lambda: self._decode(raw))
             self._batches += 1
             self._last_batch_time = time.monotonic()
-            if self.on_progress:
-                self.on_progress(progress)
+            self._publish(progress)
         except BaseException as exc:
             self._error = exc
             raise
+
+    def _publish(self, progress: dict[str, Any]) -> None:
+        """Hand a progress record to the callback and to ``<checkpoint>/last_progress.json``."""
+        path = Path(self.cfg.checkpoint) / "last_progress.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(progress, default=float, indent=1))
+        os.replace(tmp, path)
+        if self.on_progress:
+            self.on_progress(progress)
 
     def _start(self) -> Any:
         assert self.spark is not None  # noqa: S101
@@ -183,8 +191,8 @@ class EnrichmentJob:
         if self.cfg.trigger.mode == "available-now" and not self.stop_event.is_set():
             p = self.processor.drain(self._committed)
             drained = True
-            if p is not None and self.on_progress:
-                self.on_progress(p)
+            if p is not None:
+                self._publish(p)
         return RunSummary(self._batches, drained, self.processor.reconcile(), self.processor.last_progress, restarts)
 
     def _wait(self) -> None:
@@ -200,8 +208,8 @@ class EnrichmentJob:
             ):
                 p = self.processor.drain(self._committed)
                 self._last_batch_time = time.monotonic()
-                if p is not None and self.on_progress:
-                    self.on_progress(p)
+                if p is not None:
+                    self._publish(p)
         self._stop_query()
 
     def _stop_query(self) -> None:
