@@ -165,11 +165,10 @@ class SqlMasterScan:
         self._columns = self._check_columns(key, columns)
         self._page = self._check_page_column(page_column)
         self._schema = self._arrow_schema()
-        sel = [
-            sa.type_coerce(self._sa_table.c[n], read_type_for(self._schema.field(n).type, self._sa_table.c[n].type))
-            for n in self._columns
-        ]
-        self._select = sa.select(*sel)
+        self._read_types = [read_type_for(self._schema.field(n).type, self._sa_table.c[n].type) for n in self._columns]
+        self._select = sa.select(
+            *[sa.type_coerce(self._sa_table.c[n], t) for n, t in zip(self._columns, self._read_types, strict=True)]
+        )
         self._layout: _Layout | None = self._restore(layout) if layout is not None else None
         self._warned: dict[int, int] = {}  # partition -> R-cycle in which its growth was logged
         self._cycle = 0
@@ -365,16 +364,40 @@ class SqlMasterScan:
         if p < lay.k - 1:
             q = q.where(self._page <= lay.bounds[p])
         q = q.order_by(self._page)
-        rows = self._runner.run(lambda conn: conn.execute(q).fetchall(), f"reading master partition {p}")
-        self._note_size(p, len(rows), lay.k)
-        return self._to_arrow(rows, p)
+        n, columns = self._runner.run(lambda conn: self._fetch_columns(conn, q), f"reading master partition {p}")
+        self._note_size(p, n, lay.k)
+        return self._to_arrow(columns, p)
 
-    def _to_arrow(self, rows: Sequence[Any], p: int) -> pa.Table:
-        schema = self._schema
+    def _fetch_columns(self, conn: Connection, q: sa.Executable) -> tuple[int, list[Sequence[Any]]]:
+        """Run ``q`` and return (row count, the values column by column).
+
+        The rows are fetched from the DBAPI cursor as the driver returns them (no SQLAlchemy
+        row objects); the few columns whose type needs a conversion on this dialect (SQLite
+        dates, for one) are converted column-wise with SQLAlchemy's result processor.
+        """
+        result = conn.execute(q)
+        try:
+            cursor = result.cursor
+            description = cursor.description
+            rows = cursor.fetchall()
+        finally:
+            result.close()
         if not rows:
+            return 0, []
+        columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
+        dialect = conn.dialect
+        for i, t in enumerate(self._read_types):
+            proc = t.dialect_impl(dialect).result_processor(dialect, description[i][1])
+            if proc is not None:
+                columns[i] = list(map(proc, columns[i]))
+        return len(rows), columns
+
+    def _to_arrow(self, columns: list[Sequence[Any]], p: int) -> pa.Table:
+        schema = self._schema
+        if not columns:
             return schema.empty_table()
         arrays = []
-        for field, values in zip(schema, zip(*rows, strict=True), strict=True):
+        for field, values in zip(schema, columns, strict=True):
             try:
                 arrays.append(pa.array(values, type=field.type))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
