@@ -154,6 +154,22 @@ class SqlMasterScan:
         if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
             raise ConfigError(f"partition_rows (b) must be an integer >= 1, got {partition_rows!r}")
         self._engine, self._owns_engine = make_engine(source)
+        try:
+            self._setup(table, key, partition_rows, columns, page_column, layout, retry)
+        except BaseException:
+            self.close()  # an engine made here for a URL is not left behind
+            raise
+
+    def _setup(
+        self,
+        table: str,
+        key: str,
+        partition_rows: int,
+        columns: Sequence[str] | None,
+        page_column: str | None,
+        layout: Mapping[str, Any] | None,
+        retry: RetryPolicy | None,
+    ) -> None:
         self._table_name = table
         self._schema_name, self._short_name = split_table_name(table)
         self._b = partition_rows
