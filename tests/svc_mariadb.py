@@ -207,8 +207,7 @@ def launch(base: Path | None = None) -> MariaDBServer:
 def mariadb_server() -> Iterator[MariaDBServer]:
     """One MariaDB server for the whole test session, removed at teardown.
 
-    Import it into a test module as ``from svc_mariadb import mariadb_server  # noqa: F401``;
-    tests then ask for ``mariadb``.
+    ``tests/conftest.py`` loads this module as a plugin, so every test can ask for ``mariadb``.
     """
     if find_binaries() is None:
         pytest.skip("MariaDB binaries (mariadbd, mariadb-install-db) are not installed: apt-get install mariadb-server")

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from reference import as_multiset, batch_join
-from svc_mariadb import PASSWORD, MariaDBServer, mariadb_server  # noqa: F401
+from svc_mariadb import PASSWORD, MariaDBServer
 
 from adapters.master_sql import SqlMasterScan, decode_value, encode_value
 from adapters.sink_parquet import SCHEMA_FILE, ParquetDirSink, file_name
