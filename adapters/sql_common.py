@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -54,6 +54,19 @@ class RetryPolicy:
         return out
 
 
+CONNECT_TIMEOUT_S = 10
+IO_TIMEOUT_S = 600  # a network that drops packets silently must not block a read forever
+
+
+def timeouts(backend: str) -> dict[str, Any]:
+    """Driver connect arguments that bound connect and read/write waits, per database backend."""
+    if backend in ("mysql", "mariadb"):
+        return {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": IO_TIMEOUT_S, "write_timeout": IO_TIMEOUT_S}
+    if backend == "postgresql":
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {}
+
+
 def make_engine(source: Engine | URL | str) -> tuple[Engine, bool]:
     """Return ``(engine, owned)``: a given engine as is, or a new one (``pool_pre_ping``) for a URL."""
     if isinstance(source, Engine):
@@ -63,7 +76,7 @@ def make_engine(source: Engine | URL | str) -> tuple[Engine, bool]:
     except sa_exc.ArgumentError as e:
         raise ConfigError(f"not a database URL: {e}") from None
     try:
-        return sa.create_engine(url, pool_pre_ping=True), True
+        return sa.create_engine(url, pool_pre_ping=True, connect_args=timeouts(url.get_backend_name())), True
     except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as e:
         where = url.render_as_string(hide_password=True)
         raise ConfigError(f"cannot create an engine for {where}: {type(e).__name__}: {e}") from None

@@ -17,9 +17,9 @@ from ssbj.pipeline.processor import EnrichmentProcessor, JoinSettings
 
 
 def _engine(url: str) -> Any:
-    import sqlalchemy as sa
+    from adapters.sql_common import make_engine
 
-    return sa.create_engine(url, pool_pre_ping=True)
+    return make_engine(url)[0]
 
 
 def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
