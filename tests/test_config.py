@@ -132,3 +132,43 @@ def test_example_job_files_are_valid() -> None:
     for path in examples:
         cfg = load_config(path)  # rejects a password written into a URL
         assert cfg.join.stream_key in cfg.schema_
+
+
+def test_validate_checks_master_table_key_and_columns(tmp_path: Path, capsys: Any) -> None:
+    import sqlite3
+
+    db = tmp_path / "m.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE customer (c_custkey INTEGER PRIMARY KEY, c_name TEXT, c_note TEXT)")
+    (tmp_path / "landing").mkdir()
+    job = {
+        "source": {"kind": "files", "path": str(tmp_path / "landing"), "format": "jsonl"},
+        "schema": {"id": "int64", "k": "int64"},
+        "master": {"url": f"sqlite:///{db}", "table": "customer", "key": "c_custkey", "columns": ["c_name"]},
+        "join": {"stream_key": "k"},
+        "sink": {"kind": "parquet", "path": str(tmp_path / "out")},
+        "dead_letter": {"kind": "database", "url": f"sqlite:///{tmp_path / 'w.db'}", "table": "dl"},
+        "checkpoint": str(tmp_path / "ck"),
+    }
+    import yaml
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "master: table customer" in out and "0 rows" in out and out.rstrip().endswith("OK")
+    job["master"]["columns"] = ["c_name", "c_segment"]
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "c_segment" in err and "c_note" in err  # names the missing column and lists what exists
+    job["master"]["columns"] = ["c_name"]
+    job["master"]["table"] = "customers"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 2
+    assert "customers" in capsys.readouterr().err
+    job["master"]["table"] = "customer"
+    job["schema"]["k"] = "string"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 2
+    assert "cannot be joined" in capsys.readouterr().err
