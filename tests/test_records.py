@@ -57,9 +57,7 @@ def _expected_row(d: dict[str, Any]) -> dict[str, Any]:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(record, max_size=60), st.booleans())
 def test_kafka_records_decode_exactly(records: list[tuple[str, Any]], pretty: bool) -> None:
-    values = [
-        (json.dumps(r, indent=1 if pretty else None).encode() if kind == "good" else r) for kind, r in records
-    ]
+    values = [(json.dumps(r, indent=1 if pretty else None).encode() if kind == "good" else r) for kind, r in records]
     d = decode_kafka(_kafka(values), SCHEMA, "k")
     assert d.rows.schema == SCHEMA and d.dead.schema == DEAD_LETTER_SCHEMA
     assert d.rows.to_pylist() == [_expected_row(r) for kind, r in records if kind == "good"]
