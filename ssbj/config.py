@@ -183,6 +183,10 @@ class KafkaSource(_Model):
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = 200_000
     options: dict[str, str] = Field(default_factory=dict, description="extra client settings (no secrets)")
+    reader_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="options of the Spark reader itself, e.g. endOffsets, pollTimeoutMs, retries (python reader)",
+    )
     secret_options_env: dict[str, str] = Field(
         default_factory=dict, description="client setting -> environment variable holding its value"
     )

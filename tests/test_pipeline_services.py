@@ -96,6 +96,7 @@ def _config(mariadb: MariaDBServer, broker: TansuBroker, topic: str, ck: Path, t
                 "bootstrap_servers": broker.bootstrap,
                 "topic": topic,
                 "max_offsets_per_trigger": 500,
+                "reader_options": {"pollTimeoutMs": "800", "endOffsets": "consume"},
             },
             "schema": {"order_id": "int64", "customer_id": "int64", "amount": "float64"},
             "master": {

@@ -55,18 +55,22 @@ class MasterSource:
             layout=layout,
         )
 
+    def schema(self) -> pa.Schema:
+        """Return the schema of the projected columns (reflection only, R is not read)."""
+        return self.scan(None, 1 << 30).schema
+
     def info(self) -> tuple[int, pa.Schema]:
-        """Return the rows in R now and the schema of the projected columns."""
+        """Return the rows in R now (one COUNT) and the schema of the projected columns."""
         import sqlalchemy as sa
 
         from adapters.sql_common import SqlRunner, split_table_name
 
-        scan = self.scan(None, 1 << 30)
+        schema = self.schema()
         schema_name, name = split_table_name(self.cfg.table)
         stmt = sa.select(sa.func.count()).select_from(sa.table(name, schema=schema_name))
         runner = SqlRunner(self.engine, _retry(), f"master table {self.cfg.table}", _log())
         n = runner.run(lambda conn: int(conn.execute(stmt).scalar_one()), "count rows")
-        return int(n), scan.schema
+        return int(n), schema
 
 
 def _retry() -> Any:
@@ -102,12 +106,11 @@ def settings(cfg: JobConfig, master_schema: pa.Schema | None = None) -> JoinSett
 def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcessor:
     """Return the processor with its master scan and sinks (connections are opened here)."""
     master = MasterSource(cfg)
-    n, schema = master.info()
+    schema = master.schema()
     if cfg.master.columns is None:
         schema_cols = schema
     else:
         schema_cols = pa.schema([schema.field(c) for c in schema.names if c in cfg.master.columns])
-    del n
     check_key_types(cfg, schema)
     return EnrichmentProcessor(
         settings(cfg, schema_cols),

@@ -81,8 +81,10 @@ def source_frame(spark: Any, cfg: JobConfig) -> Any:
     )
     if src.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
-    for k, v in src.client_options().items():
+    for k, v in src.client_options().items():  # client settings: kafka.<setting>
         reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", v)
+    for k, v in src.reader_options.items():  # the reader's own options, as they are
+        reader = reader.option(k, v)
     return reader.load().select("value", "topic", "partition", "offset")
 
 

@@ -150,13 +150,15 @@ class EnrichmentProcessor:
 
     def _fresh(self) -> None:
         s = self.settings
-        num_rows, schema = self._master_info()
         v_s = _estimate_row_bytes(self.stream_schema)
-        v_r = _estimate_row_bytes(schema)
-        plan = plan_memory(s.memory_budget, num_rows, v_s, v_r, self.cost_model)
-        b = s.partition_rows or plan.partition_rows
+        if s.partition_rows and s.step_rows:
+            b, chunk = s.partition_rows, int(s.step_rows * v_s)
+        else:  # plan b and w from the budget: needs |R| (one COUNT)
+            num_rows, schema = self._master_info()
+            plan = plan_memory(s.memory_budget, num_rows, v_s, _estimate_row_bytes(schema), self.cost_model)
+            b = s.partition_rows or plan.partition_rows
+            chunk = int(s.step_rows * v_s) if s.step_rows else plan.chunk_bytes
         master = self._master_factory(None, b)
-        chunk = int(s.step_rows * v_s) if s.step_rows else plan.chunk_bytes
         self.master = master
         self.op = SemiStreamJoin(self._spec(chunk), master, self.stream_schema, master.schema, self.cost_model)
         self.last_batch = None
