@@ -143,8 +143,13 @@ class SqlMasterScan:
         page_column: str | None = None,
         layout: Mapping[str, Any] | None = None,
         retry: RetryPolicy | None = None,
+        reader: str = "driver",
     ) -> None:
         """Reflect ``table`` and check the configuration; the layout is computed at first use.
+
+        ``reader`` is how partitions are fetched: ``driver`` (the SQLAlchemy driver, e.g.
+        PyMySQL), ``connectorx`` (Arrow straight from the database: 10x faster on MariaDB,
+        needs ``ssbj[fast]`` and an integer page column) or ``auto`` (connectorx when it can).
 
         ``source`` is an engine or a URL (a URL gets its own engine with ``pool_pre_ping``);
         ``table`` may be ``schema.table``; ``columns`` are the projected columns (default:
@@ -153,6 +158,9 @@ class SqlMasterScan:
         """
         if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
             raise ConfigError(f"partition_rows (b) must be an integer >= 1, got {partition_rows!r}")
+        if reader not in ("driver", "connectorx", "auto"):
+            raise ConfigError(f"reader must be 'driver', 'connectorx' or 'auto', got {reader!r}")
+        self._reader = reader
         self._engine, self._owns_engine = make_engine(source)
         try:
             self._setup(table, key, partition_rows, columns, page_column, layout, retry)
@@ -189,6 +197,7 @@ class SqlMasterScan:
         self._warned: dict[int, int] = {}  # partition -> R-cycle in which its growth was logged
         self._cycle = 0
         self._last_p = -1
+        self._cx = ArrowReader.for_scan(self._engine, self._page, self._reader, self._table_name)
 
     # ------------------------------------------------------------ validation
     def _reflect(self, conn: Connection) -> sa.Table:
@@ -380,9 +389,19 @@ class SqlMasterScan:
         if p < lay.k - 1:
             q = q.where(self._page <= lay.bounds[p])
         q = q.order_by(self._page)
+        if self._cx is not None and self._cx.usable:
+            table = self._cx.read(q, self._schema, self._retry, p)
+            if table is not None:
+                self._note_size(p, table.num_rows, lay.k)
+                return table
         n, columns = self._runner.run(lambda conn: self._fetch_columns(conn, q), f"reading master partition {p}")
         self._note_size(p, n, lay.k)
         return self._to_arrow(columns, p)
+
+    @property
+    def reader(self) -> str:
+        """The fetch path in use: ``connectorx`` or ``driver``."""
+        return "connectorx" if self._cx is not None and self._cx.usable else "driver"
 
     def _fetch_columns(self, conn: Connection, q: sa.Executable) -> tuple[int, list[Sequence[Any]]]:
         """Run ``q`` and return (row count, the values column by column).
@@ -451,6 +470,7 @@ class SqlMasterScan:
             columns=self._columns,
             page_column=self._page.name,
             retry=self._retry,
+            reader=self._reader,
         )
         scan._owns_engine = self._owns_engine
         scan._ensure_layout()
@@ -460,3 +480,111 @@ class SqlMasterScan:
         """Dispose of the engine if this scan (or the scan it was repartitioned from) created it."""
         if self._owns_engine:
             self._engine.dispose()
+
+
+# ---------------------------------------------------------------- connectorx fetch path
+_CX_SCHEMES = {"mysql": "mysql", "mariadb": "mysql", "postgresql": "postgresql"}
+_CX_TRANSIENT = (
+    "connection refused",
+    "timed out",
+    "timeout",
+    "broken pipe",
+    "reset by peer",
+    "lost connection",
+    "gone away",
+    "can't connect",
+    "connection closed",
+    "shutdown",
+    "io error",
+)
+
+
+class ArrowReader:
+    """Partitions fetched by connectorx as Arrow, without Python objects per value.
+
+    connectorx takes SQL text, not parameters; it is used only when every value put into the
+    text is a partition boundary of an *integer* page column (rendered as digits by
+    SQLAlchemy), so no text from the database or the configuration reaches the SQL.
+    """
+
+    def __init__(self, url: str, password: str | None, table: str, dialect: sa.Dialect) -> None:
+        self._url = url
+        self._dialect = dialect
+        self._password = password
+        self._table = table
+        self.usable = True
+
+    @classmethod
+    def for_scan(cls, engine: Engine, page: sa.Column[Any], reader: str, table: str) -> ArrowReader | None:
+        """Return a reader when ``reader`` asks for one and the scan allows it, else None."""
+        if reader == "driver":
+            return None
+        why = None
+        scheme = _CX_SCHEMES.get(engine.dialect.name)
+        if scheme is None:
+            why = f"the {engine.dialect.name} dialect is not supported by connectorx here"
+        elif _python_type(page) is not int:
+            why = f"page column {page.name!r} is not an integer column"
+        else:
+            try:
+                import connectorx  # noqa: F401
+            except ImportError:
+                why = "connectorx is not installed (pip install 'ssbj[fast]')"
+        if why is not None:
+            if reader == "connectorx":
+                raise ConfigError(f"master reader connectorx cannot be used for {table}: {why}")
+            return None
+        url = engine.url.set(drivername=str(scheme))
+        return cls(url.render_as_string(hide_password=False), engine.url.password, table, engine.dialect)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._password, "***") if self._password else text
+
+    def read(self, q: Any, schema: pa.Schema, retry: RetryPolicy, p: int) -> pa.Table | None:
+        """Fetch partition ``p``; None (and the driver from then on) if connectorx cannot read it."""
+        import connectorx as cx
+
+        bounds = [bp.value for bp in q.compile().binds.values()]
+        if any(type(v) is not int for v in bounds):  # never render other values into SQL text
+            self.usable = False
+            return None
+        sql = str(q.compile(dialect=self._dialect, compile_kwargs={"literal_binds": True}))
+        delays = retry.delays()
+        for attempt in range(1, retry.attempts + 1):
+            try:
+                got = cx.read_sql(self._url, sql, return_type="arrow")
+                break
+            except Exception as e:  # connectorx raises plain RuntimeError/ValueError subclasses
+                msg = self._scrub(" ".join(str(e).split()))[:300]
+                if not any(w in msg.lower() for w in _CX_TRANSIENT):
+                    log.warning("connectorx cannot read %s (%s); using the database driver instead", self._table, msg)
+                    self.usable = False
+                    return None
+                if attempt == retry.attempts:
+                    from ssbj.errors import TransientError
+
+                    raise TransientError(
+                        f"reading master partition {p} of {self._table} failed {attempt} times; last error {msg}"
+                    ) from None
+                log.warning(
+                    "reading master partition %d of %s: attempt %d/%d failed (%s); retrying in %.2f s",
+                    p,
+                    self._table,
+                    attempt,
+                    retry.attempts,
+                    msg,
+                    delays[attempt - 1],
+                )
+                import time
+
+                time.sleep(delays[attempt - 1])
+        table = got if isinstance(got, pa.Table) else pa.Table.from_batches(list(got))
+        if table.num_rows == 0:
+            return schema.empty_table()
+        try:
+            arrays = [table.column(i).cast(f.type) for i, f in enumerate(schema)]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            log.warning("connectorx types of %s do not cast to %s (%s); using the driver", self._table, schema, e)
+            self.usable = False
+            return None
+        return pa.Table.from_arrays(arrays, schema=schema)

@@ -53,6 +53,7 @@ class MasterSource:
             columns=m.columns,
             page_column=m.page_column,
             layout=layout,
+            reader=m.reader,
         )
 
     def schema(self) -> pa.Schema:
