@@ -67,8 +67,12 @@ def timeouts(backend: str) -> dict[str, Any]:
     return {}
 
 
-def make_engine(source: Engine | URL | str) -> tuple[Engine, bool]:
-    """Return ``(engine, owned)``: a given engine as is, or a new one (``pool_pre_ping``) for a URL."""
+def make_engine(source: Engine | URL | str, *, local_infile: bool = False) -> tuple[Engine, bool]:
+    """Return ``(engine, owned)``: a given engine as is, or a new one (``pool_pre_ping``) for a URL.
+
+    ``local_infile`` lets a MySQL/MariaDB connection send a file the client names in
+    ``LOAD DATA LOCAL INFILE`` (the bulk path of the SQL sink).
+    """
     if isinstance(source, Engine):
         return source, False
     try:
@@ -76,7 +80,10 @@ def make_engine(source: Engine | URL | str) -> tuple[Engine, bool]:
     except sa_exc.ArgumentError as e:
         raise ConfigError(f"not a database URL: {e}") from None
     try:
-        return sa.create_engine(url, pool_pre_ping=True, connect_args=timeouts(url.get_backend_name())), True
+        args = timeouts(url.get_backend_name())
+        if local_infile and url.get_backend_name() in ("mysql", "mariadb") and url.get_driver_name() == "pymysql":
+            args["local_infile"] = True
+        return sa.create_engine(url, pool_pre_ping=True, connect_args=args), True
     except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as e:
         where = url.render_as_string(hide_password=True)
         raise ConfigError(f"cannot create an engine for {where}: {type(e).__name__}: {e}") from None

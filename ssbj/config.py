@@ -277,6 +277,9 @@ class DatabaseSink(Database):
     kind: Literal["database"]
     table: str
     create: bool = True
+    bulk: Literal["auto", "insert", "load_data"] = Field(
+        "auto", description="auto: LOAD DATA LOCAL INFILE on MySQL/MariaDB when the server allows it"
+    )
 
     @field_validator("table")
     @classmethod

@@ -30,7 +30,7 @@ def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
         return ParquetDirSink(cfg.path)
     from adapters.sink_sql import SqlTableSink
 
-    return SqlTableSink(_engine(cfg.resolve().get_secret_value()), cfg.table, create=cfg.create)
+    return SqlTableSink(cfg.resolve().get_secret_value(), cfg.table, create=cfg.create, bulk=cfg.bulk)
 
 
 class MasterSource:
