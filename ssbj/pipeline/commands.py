@@ -37,6 +37,14 @@ def add_commands(sub: Any) -> None:
     from ssbj.pipeline.quickstart import add_command
 
     add_command(sub)
+    sql = sub.add_parser(
+        "sql",
+        help="print the warehouse DDL (the demo's, or a job's with --config) for a dialect",
+        description="Print CREATE TABLE/INDEX statements rendered from ssbj/warehouse.py.",
+    )
+    sql.add_argument("--dialect", required=True, help="mysql, postgresql or sqlite")
+    sql.add_argument("--config", help="job file: its tables and output columns (reads the master table's columns)")
+    sql.set_defaults(handler=lambda a, _extra: cmd_sql(a))
 
 
 def _fmt_rate(x: float) -> str:
@@ -135,3 +143,32 @@ def describe(cfg: JobConfig) -> str:
     src = cfg.source
     where = src.path if src.kind == "files" else f"{src.topic}@{src.bootstrap_servers}"
     return f"{cfg.name}: {src.kind} {where} -> {cfg.master.table} ({cfg.master.display()}) -> {cfg.sink.kind}"
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """``ssbj sql --dialect D [--config job.yaml]``."""
+    from ssbj import warehouse
+
+    if args.config is None:
+        md = warehouse.demo_metadata()
+    else:
+        cfg = load_config(args.config)
+        from ssbj.config import DatabaseSink
+        from ssbj.pipeline.factory import MasterSource
+
+        master = MasterSource(cfg).schema()
+        cols = cfg.master.columns if cfg.master.columns is not None else master.names
+        out = warehouse.output_schema(
+            cfg.stream_schema,
+            master,
+            [c for c in cols if c != cfg.master.key]
+            + ([cfg.master.key] if cfg.master.columns is not None and cfg.master.key in cfg.master.columns else []),
+        )
+        if not isinstance(cfg.sink, DatabaseSink):
+            raise ConfigError("ssbj sql --config needs a job whose sink is a database table")
+        dl = cfg.dead_letter.table if isinstance(cfg.dead_letter, DatabaseSink) else f"{cfg.sink.table}_dead_letters"
+        md = warehouse.job_metadata(
+            out, cfg.sink.table, dl, f"{cfg.sink.table}_published", f"{cfg.sink.table}_quarantine", "ssbj_audit"
+        )
+    sys.stdout.write(warehouse.render(md, args.dialect))
+    return 0
