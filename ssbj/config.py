@@ -307,6 +307,32 @@ class Trigger(_Model):
     idle_drain_seconds: Annotated[float, Field(ge=0)] = 30.0
 
 
+class ValueRange(_Model):
+    """Allowed values of a numeric output column (either bound may be left out)."""
+
+    min: float | None = None
+    max: float | None = None
+
+
+class Quality(_Model):
+    """The data-quality gate on a run's enriched rows, and the tables of the publish step."""
+
+    source_id: str | None = Field(None, description="stream column identifying a record (row reconciliation)")
+    not_null: list[str] = Field(default_factory=list, description="more output columns that must not be NULL")
+    ranges: dict[str, ValueRange] = Field(default_factory=dict)
+    audit_table: str = "ssbj_audit"
+    published_table: str | None = Field(None, description="default: <sink table>_published")
+    quarantine_table: str | None = Field(None, description="default: <sink table>_quarantine")
+
+    @field_validator("audit_table", "published_table", "quarantine_table")
+    @classmethod
+    def _table(cls, v: str | None) -> str | None:
+        if v is not None:
+            for part in v.split("."):
+                identifier(part, "table")
+        return v
+
+
 class SparkSettings(_Model):
     """Spark session settings; ``master`` is ignored under spark-submit, which sets its own."""
 
@@ -327,6 +353,7 @@ class JobConfig(_Model):
     trigger: Trigger = Trigger()
     checkpoint: str
     spark: SparkSettings = SparkSettings()
+    quality: Quality = Field(default_factory=lambda: Quality.model_validate({}))
 
     @field_validator("schema_")
     @classmethod
@@ -345,6 +372,13 @@ class JobConfig(_Model):
             raise ValueError(
                 f"join.stream_key {self.join.stream_key!r} is not a column of schema ({', '.join(self.schema_)})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _quality_columns(self) -> JobConfig:
+        q = self.quality
+        if q.source_id is not None and q.source_id not in self.schema_:
+            raise ValueError(f"quality.source_id {q.source_id!r} is not a column of schema ({', '.join(self.schema_)})")
         return self
 
     @property

@@ -71,8 +71,10 @@ CREATE INDEX ix_orders_quarantine_run ON orders_quarantine (ssbj_run_id);
 CREATE TABLE ssbj_audit (
 	job VARCHAR(120) NOT NULL, 
 	run_id VARCHAR(250) NOT NULL, 
-	first_batch_id BIGINT, 
-	last_batch_id BIGINT, 
+	from_batch_id BIGINT NOT NULL, 
+	from_segment INTEGER NOT NULL, 
+	to_batch_id BIGINT NOT NULL, 
+	to_segment INTEGER NOT NULL, 
 	rows_in BIGINT NOT NULL, 
 	rows_enriched BIGINT NOT NULL, 
 	source_rows_enriched BIGINT NOT NULL, 
@@ -80,9 +82,10 @@ CREATE TABLE ssbj_audit (
 	dead_lettered BIGINT NOT NULL, 
 	waiting BIGINT NOT NULL, 
 	rows_failing_checks BIGINT, 
-	duration_seconds FLOAT NOT NULL, 
+	duration_seconds FLOAT, 
 	status VARCHAR(20) NOT NULL, 
 	started_at DATETIME NOT NULL, 
-	finished_at DATETIME NOT NULL, 
+	finished_at DATETIME, 
+	details TEXT, 
 	PRIMARY KEY (job, run_id)
 )CHARSET=utf8mb4 COLLATE utf8mb4_bin;

@@ -26,6 +26,7 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--quiet", action="store_true", help="no progress display")
     run.add_argument("--log-level", default="WARNING", help="level of the JSON log lines on stderr (default WARNING)")
     run.add_argument("--summary", help="write the run summary (JSON) to this file")
+    run.add_argument("--run-id", help="record this run in the audit table under this id (e.g. Airflow's run_id)")
     run.set_defaults(handler=lambda a, _extra: cmd_run(a))
     val = sub.add_parser(
         "validate",
@@ -45,6 +46,16 @@ def add_commands(sub: Any) -> None:
     sql.add_argument("--dialect", required=True, help="mysql, postgresql or sqlite")
     sql.add_argument("--config", help="job file: its tables and output columns (reads the master table's columns)")
     sql.set_defaults(handler=lambda a, _extra: cmd_sql(a))
+    for name, what in (
+        ("publish", "copy a run's enriched rows into the published table (after its checks passed)"),
+        ("quarantine", "copy a run's enriched rows into the quarantine table"),
+    ):
+        p = sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + ".")
+        p.add_argument("config", help="job file (YAML)")
+        p.add_argument("--run-id", required=True, help="the run (as given to ssbj run --run-id)")
+        if name == "quarantine":
+            p.add_argument("--reason", required=True, help="why (stored with every row)")
+        p.set_defaults(handler=lambda a, _extra, n=name: cmd_move(a, n))
 
 
 def _fmt_rate(x: float) -> str:
@@ -97,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ssbj.pipeline.job import EnrichmentJob
 
     display = None if args.quiet else ProgressDisplay()
-    job = EnrichmentJob(cfg, on_progress=display)
+    job = EnrichmentJob(cfg, on_progress=display, run_id=args.run_id)
 
     def _stop(signum: int, _frame: Any) -> None:
         job.stop()
@@ -171,4 +182,19 @@ def cmd_sql(args: argparse.Namespace) -> int:
             out, cfg.sink.table, dl, f"{cfg.sink.table}_published", f"{cfg.sink.table}_quarantine", "ssbj_audit"
         )
     sys.stdout.write(warehouse.render(md, args.dialect))
+    return 0
+
+
+def cmd_move(args: argparse.Namespace, target: str) -> int:
+    """``ssbj publish|quarantine job.yaml --run-id X``."""
+    from ssbj.pipeline.audit import Warehouse
+
+    cfg = load_config(args.config)
+    wh = Warehouse(cfg)
+    if target == "publish":
+        n = wh.publish(args.run_id)
+        print(f"{cfg.name} run {args.run_id}: {n:,} rows published to {wh.published_name}")
+    else:
+        n = wh.quarantine(args.run_id, args.reason)
+        print(f"{cfg.name} run {args.run_id}: {n:,} rows quarantined in {wh.quarantine_name}")
     return 0

@@ -108,8 +108,10 @@ class EnrichmentJob:
         on_progress: ProgressCallback | None = None,
         max_restarts: int = 10,
         restart_backoff: float = 2.0,
+        run_id: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.run_id = run_id
         self.spark = spark
         self.on_progress = on_progress
         self.max_restarts = max_restarts
@@ -165,6 +167,14 @@ class EnrichmentJob:
             self.spark = spark_session(self.cfg)
         Path(self.cfg.checkpoint).mkdir(parents=True, exist_ok=True)
         self.processor.open()
+        t_start = time.monotonic()
+        warehouse = None
+        before = self.processor.reconcile()
+        if self.run_id is not None:
+            from ssbj.pipeline.audit import Warehouse
+
+            warehouse = Warehouse(self.cfg)
+            warehouse.begin_run(self.run_id, self.processor.position())
         restarts = 0
         while True:
             self._error = None
@@ -195,7 +205,12 @@ class EnrichmentJob:
             drained = True
             if p is not None:
                 self._publish(p)
-        return RunSummary(self._batches, drained, self.processor.reconcile(), self.processor.last_progress, restarts)
+        after = self.processor.reconcile()
+        if warehouse is not None and self.run_id is not None:
+            delta = {k: after[k] - before[k] for k in after}
+            delta["waiting"] = after["waiting"]
+            warehouse.finish_run(self.run_id, self.processor.position(), delta, time.monotonic() - t_start)
+        return RunSummary(self._batches, drained, after, self.processor.last_progress, restarts)
 
     def _wait(self) -> None:
         q = self.query

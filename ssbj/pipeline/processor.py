@@ -214,6 +214,10 @@ class EnrichmentProcessor:
         self.op.checkpoint(faults.store_for(self.store, batch_id), batch_id, meta)
         self.last_batch, self.segment = batch_id, segment
 
+    def position(self) -> tuple[int, int]:
+        """(batch id, segment) of the newest checkpoint; (-1, 0) before the first batch."""
+        return (self.last_batch if self.last_batch is not None else -1, self.segment)
+
     # ------------------------------------------------------------------ batches
     def process(self, batch_id: int, decode: Callable[[], Decoded]) -> dict[str, Any]:
         """Process micro-batch ``batch_id``, whose records ``decode`` returns."""
