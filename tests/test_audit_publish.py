@@ -38,14 +38,14 @@ def test_two_runs_are_audited_and_published_or_quarantined_separately(spark: Any
         rows = {
             r[0]: r[1:]
             for r in conn.execute(
-                "SELECT run_id, rows_in, rows_enriched, source_rows_enriched, unmatched, dead_lettered, waiting, status "
-                "FROM ssbj_audit"
+                "SELECT run_id, rows_in, rows_enriched, source_rows_enriched, unmatched, dead_lettered, "
+                "waiting, status FROM ssbj_audit"
             )
         }
     total_in = sum(r[0] for r in rows.values())
     assert total_in == 12_000 + 4 * 2  # every order line plus two malformed lines per file
     for r in rows.values():
-        rows_in, enriched, source_enriched, unmatched, dead, waiting, status = r
+        rows_in, _, source_enriched, unmatched, dead, waiting, status = r
         assert rows_in == source_enriched + unmatched + dead and waiting == 0 and status == "loaded"
     (loaded,) = _count(wh, "SELECT COUNT(*) FROM orders_enriched")
     assert loaded == sum(r[1] for r in rows.values())
