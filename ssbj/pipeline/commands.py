@@ -46,6 +46,22 @@ def add_commands(sub: Any) -> None:
     sql.add_argument("--dialect", required=True, help="mysql, postgresql or sqlite")
     sql.add_argument("--config", help="job file: its tables and output columns (reads the master table's columns)")
     sql.set_defaults(handler=lambda a, _extra: cmd_sql(a))
+    chk = sub.add_parser(
+        "check",
+        help="run the data-quality suite (Great Expectations) on a run's enriched rows",
+        description="Validate the warehouse rows of one run; store the result as JSON; exit 1 if a check fails.",
+    )
+    chk.add_argument("config", help="job file (YAML)")
+    chk.add_argument("--run-id", required=True, help="the run (as given to ssbj run --run-id)")
+    chk.set_defaults(handler=lambda a, _extra: cmd_check(a))
+    gate = sub.add_parser(
+        "gate",
+        help="publish a checked run, or quarantine it and fail with the summary",
+        description="After ssbj check: publish the run's rows if every check passed, else quarantine them, exit 1.",
+    )
+    gate.add_argument("config", help="job file (YAML)")
+    gate.add_argument("--run-id", required=True, help="the run (as given to ssbj run --run-id)")
+    gate.set_defaults(handler=lambda a, _extra: cmd_gate(a))
     for name, what in (
         ("publish", "copy a run's enriched rows into the published table (after its checks passed)"),
         ("quarantine", "copy a run's enriched rows into the quarantine table"),
@@ -198,3 +214,32 @@ def cmd_move(args: argparse.Namespace, target: str) -> int:
         n = wh.quarantine(args.run_id, args.reason)
         print(f"{cfg.name} run {args.run_id}: {n:,} rows quarantined in {wh.quarantine_name}")
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """``ssbj check job.yaml --run-id X``."""
+    from ssbj.pipeline.quality import check_run, result_path
+
+    cfg = load_config(args.config)
+    result = check_run(cfg, args.run_id)
+    print(result.summary())
+    print(f"result: {result_path(cfg, args.run_id)}")
+    return 0 if result.success else 1
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """``ssbj gate job.yaml --run-id X``."""
+    from ssbj.pipeline.audit import Warehouse
+    from ssbj.pipeline.quality import load_result
+
+    cfg = load_config(args.config)
+    result = load_result(cfg, args.run_id)
+    wh = Warehouse(cfg)
+    if result.success:
+        n = wh.publish(args.run_id)
+        print(f"{cfg.name} run {args.run_id}: checks passed; {n:,} rows published to {wh.published_name}")
+        return 0
+    summary = result.summary()
+    n = wh.quarantine(args.run_id, summary)
+    print(f"{cfg.name} run {args.run_id}: {n:,} rows quarantined in {wh.quarantine_name}\n{summary}", file=sys.stderr)
+    return 1

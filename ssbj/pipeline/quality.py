@@ -1,0 +1,262 @@
+"""The data-quality gate: a Great Expectations 1.x suite generated from the job configuration.
+
+Checks on the enriched rows of one run (found by the run's batch range in the audit table):
+
+* the join key is not NULL (a NULL key never matches, so an enriched row with one is wrong);
+* with an inner join, master columns that are NOT NULL in the master table are not NULL;
+* ``quality.not_null`` columns are not NULL, ``quality.ranges`` columns are within range;
+* reconciliation: the run's enriched rows and dead letters in the warehouse are as many as the
+  audit row says, the distinct ``quality.source_id`` values are the enriched source rows, and
+  rows in = enriched source rows + unmatched + dead-lettered (+ still waiting).
+
+The suite runs on a Spark DataFrame or on the warehouse table itself (a GX SQL data source
+with a query asset, so the database does the work).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from ssbj.config import DatabaseSink, JobConfig
+from ssbj.errors import ConfigError
+from ssbj.pipeline.audit import RunRange, Warehouse
+
+log = logging.getLogger("ssbj.quality")
+
+
+@dataclass
+class Expectation:
+    """One expectation, independent of GX: its type name, its arguments and what it guards."""
+
+    kind: str
+    kwargs: dict[str, Any]
+    why: str
+
+
+@dataclass
+class CheckResult:
+    """The outcome of a run's checks."""
+
+    job: str
+    run_id: str
+    success: bool
+    failing_rows: int
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """Return a readable summary, one line per failed check."""
+        failed = [c for c in self.checks if not c["success"]]
+        head = f"{self.job} run {self.run_id}: {len(self.checks) - len(failed)}/{len(self.checks)} checks passed"
+        lines = [head + ("" if not failed else f", {self.failing_rows:,} rows failing")]
+        for c in failed:
+            lines.append(f"  FAILED {c['expectation']} {c['kwargs']}: {c['why']} (observed {c['observed']})")
+        return "\n".join(lines)
+
+
+def build_suite(
+    cfg: JobConfig, columns: list[str], master_not_null: list[str], counts: dict[str, Any]
+) -> list[Expectation]:
+    """Return the expectations for a run with audit ``counts``, on a table with ``columns``."""
+    q = cfg.quality
+    out: list[Expectation] = [
+        Expectation(
+            "ExpectColumnValuesToNotBeNull",
+            {"column": cfg.join.stream_key},
+            "an enriched row has a join key (NULL keys never match)",
+        )
+    ]
+    if cfg.join.type == "inner":
+        for c in master_not_null:
+            out.append(
+                Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "master column NOT NULL in R, inner join")
+            )
+    for c in q.not_null:
+        if c not in columns:
+            raise ConfigError(f"quality.not_null: {c!r} is not an output column ({', '.join(columns)})")
+        out.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "declared in quality.not_null"))
+    for c, r in q.ranges.items():
+        if c not in columns:
+            raise ConfigError(f"quality.ranges: {c!r} is not an output column ({', '.join(columns)})")
+        out.append(
+            Expectation(
+                "ExpectColumnValuesToBeBetween",
+                {"column": c, "min_value": r.min, "max_value": r.max},
+                "declared in quality.ranges",
+            )
+        )
+    out.append(
+        Expectation(
+            "ExpectTableRowCountToEqual",
+            {"value": int(counts["rows_enriched"])},
+            "the warehouse holds every enriched row the run produced, once",
+        )
+    )
+    if q.source_id is not None and cfg.join.type == "inner":
+        n = int(counts["source_rows_enriched"])
+        out.append(
+            Expectation(
+                "ExpectColumnUniqueValueCountToBeBetween",
+                {"column": q.source_id, "min_value": n, "max_value": n},
+                "distinct source records enriched = enriched source rows in the audit",
+            )
+        )
+    return out
+
+
+def _gx_suite(name: str, expectations: list[Expectation]) -> Any:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in task logs
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    suite = gx.ExpectationSuite(name=name)
+    for e in expectations:
+        suite.add_expectation(getattr(gxe, e.kind)(**e.kwargs))
+    return suite
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in name).lstrip("_")
+
+
+def _results(res: Any, expectations: list[Expectation]) -> tuple[list[dict[str, Any]], int]:
+    checks = []
+    failing = 0
+    why = {(_snake(e.kind), e.kwargs.get("column")): e.why for e in expectations}
+    for r in res.results:
+        conf = r.expectation_config
+        kwargs = {k: v for k, v in dict(conf.kwargs).items() if k != "batch_id"}
+        result = dict(r.result or {})
+        unexpected = int(result.get("unexpected_count") or 0)
+        if not r.success:
+            failing += unexpected
+        checks.append(
+            {
+                "expectation": conf.type,
+                "kwargs": kwargs,
+                "success": bool(r.success),
+                "why": why.get((conf.type, kwargs.get("column")), ""),
+                "observed": result.get("observed_value", f"{unexpected} unexpected"),
+                "unexpected_count": unexpected,
+                "partial_unexpected_list": [str(x) for x in (result.get("partial_unexpected_list") or [])[:10]],
+            }
+        )
+    return checks, failing
+
+
+def validate_spark(df: Any, expectations: list[Expectation], name: str = "ssbj") -> tuple[list[dict[str, Any]], int]:
+    """Validate a Spark DataFrame; returns (check results, rows failing)."""
+    import great_expectations as gx
+
+    context = gx.get_context(mode="ephemeral")
+    asset = context.data_sources.add_spark(name=f"{name}-spark").add_dataframe_asset(name=f"{name}-rows")
+    batch = asset.add_batch_definition_whole_dataframe(f"{name}-batch").get_batch(batch_parameters={"dataframe": df})
+    return _results(batch.validate(_gx_suite(name, expectations)), expectations)
+
+
+def validate_table(
+    url: str, query: str, expectations: list[Expectation], name: str = "ssbj"
+) -> tuple[list[dict[str, Any]], int]:
+    """Validate the rows of ``query`` in a database; returns (check results, rows failing)."""
+    import great_expectations as gx
+
+    context = gx.get_context(mode="ephemeral")
+    ds = context.data_sources.add_sql(name=f"{name}-sql", connection_string=url)
+    asset = ds.add_query_asset(name=f"{name}-rows", query=query)
+    batch = asset.add_batch_definition_whole_table(f"{name}-batch").get_batch()
+    return _results(batch.validate(_gx_suite(name, expectations)), expectations)
+
+
+def _master_not_null(cfg: JobConfig) -> list[str]:
+    from ssbj.pipeline.factory import MasterSource
+
+    schema = MasterSource(cfg).schema()
+    cols = cfg.master.columns if cfg.master.columns is not None else schema.names
+    return [c for c in cols if c in schema.names and not schema.field(c).nullable]
+
+
+def check_run(cfg: JobConfig, run_id: str, engine: sa.Engine | None = None) -> CheckResult:
+    """Run the suite on the warehouse rows of ``run_id``; store the result; update the audit row."""
+    wh = Warehouse(cfg, engine)
+    row = wh.run(run_id)
+    rng = RunRange((row["from_batch_id"], row["from_segment"]), (row["to_batch_id"], row["to_segment"]))
+    enriched = wh.enriched()
+    columns = [c.name for c in enriched.columns]
+    expectations = build_suite(cfg, columns, _master_not_null(cfg), row)
+    query = str(
+        sa.select(enriched)
+        .where(rng.predicate(enriched))
+        .compile(dialect=wh.engine.dialect, compile_kwargs={"literal_binds": True})
+    )  # literals are the run's integer batch ids and segments only
+    assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101
+    checks, failing = validate_table(cfg.sink.resolve().get_secret_value(), query, expectations, cfg.name)
+    checks.append(_reconcile(cfg, wh, row, rng))
+    success = all(c["success"] for c in checks)
+    result = CheckResult(cfg.name, run_id, success, failing, checks)
+    _store(cfg, result)
+    wh.set_status(run_id, "checked" if success else "failed", failing, {"checks": checks})
+    log.info(result.summary())
+    return result
+
+
+def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange) -> dict[str, Any]:
+    """Check rows in = enriched source rows + unmatched + dead-lettered + waiting, and the dead letters."""
+    dead_in_table = None
+    if isinstance(cfg.dead_letter, DatabaseSink):
+        from adapters.sql_common import make_engine
+
+        sch, _, name = cfg.dead_letter.table.rpartition(".")
+        eng = make_engine(cfg.dead_letter.resolve().get_secret_value())[0]
+        try:
+            dl = sa.Table(name, sa.MetaData(), schema=sch or None, autoload_with=eng)
+            with eng.connect() as conn:
+                stmt = sa.select(sa.func.count()).select_from(dl).where(rng.predicate(dl))
+                dead_in_table = int(conn.execute(stmt).scalar_one())
+        finally:
+            eng.dispose()
+    total = row["source_rows_enriched"] + row["unmatched"] + row["dead_lettered"] + row["waiting"]
+    ok = total == row["rows_in"] and (dead_in_table is None or dead_in_table == row["dead_lettered"])
+    return {
+        "expectation": "RowCountReconciliation",
+        "kwargs": {"rows_in": row["rows_in"]},
+        "success": ok,
+        "why": "rows in = enriched source rows + unmatched + dead-lettered + waiting, every dead letter stored",
+        "observed": {
+            "enriched_source_rows": row["source_rows_enriched"],
+            "unmatched": row["unmatched"],
+            "dead_lettered": row["dead_lettered"],
+            "waiting": row["waiting"],
+            "dead_letters_in_table": dead_in_table,
+        },
+        "unexpected_count": 0 if ok else abs(total - row["rows_in"]),
+        "partial_unexpected_list": [],
+    }
+
+
+def result_path(cfg: JobConfig, run_id: str) -> Path:
+    """Return where the JSON result of a run's checks is stored."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_id)
+    return Path(cfg.checkpoint) / "quality" / f"{safe}.json"
+
+
+def _store(cfg: JobConfig, result: CheckResult) -> None:
+    path = result_path(cfg, result.run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.__dict__, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def load_result(cfg: JobConfig, run_id: str) -> CheckResult:
+    """Return the stored result of ``ssbj check`` for ``run_id``."""
+    path = result_path(cfg, run_id)
+    if not path.exists():
+        raise ConfigError(f"run {run_id!r} of {cfg.name!r} has not been checked (no {path})")
+    d = json.loads(path.read_text())
+    return CheckResult(**d)
