@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Debian packages the tests and the pipeline need: Java (Spark), MariaDB server (real-service tests),
-# the JDBC drivers (Spark JDBC, used by the stream-static baseline of the benchmark).
+# the JDBC drivers (Spark JDBC, used by the stream-static baseline of the benchmark), and what the
+# Airflow MySQL provider's mysqlclient needs to build (a C compiler, pkg-config, libmariadb-dev).
 # Installs only what is missing; needs root (or sudo) when something is missing.
 set -euo pipefail
 need=()
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server)
 [ -e /usr/share/java/mariadb-java-client.jar ] || need+=(libmariadb-java)
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+{ command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libmariadb; } || need+=(libmariadb-dev)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install everything (Debian packages, Python packages incl. Spark, Kafka client and the Tansu
-# broker), then lint (ruff), type-check (mypy on ssbj/) and test (pytest).
+# Install everything (Debian packages, Python packages incl. Spark, Kafka client, the Tansu broker,
+# Airflow and Great Expectations), then lint (ruff), type-check (mypy) and test (pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
 scripts/setup.sh dev
+scripts/setup-airflow.sh .venv
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
