@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import importlib.metadata as md
+import logging
 import os
 import re
 import sqlite3
@@ -19,6 +20,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("airflow")
+# Importing Airflow installs INFO-level logging handlers on streams that pytest closes at exit; py4j then
+# prints a "--- Logging error ---" traceback when it closes its gateway connection at shutdown.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _jar_versions() -> set[str]:
