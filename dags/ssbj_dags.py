@@ -56,8 +56,12 @@ def ssbj_setup() -> None:
     @task
     def ddl() -> list[str]:
         stmts = _statements(SQL_DIR / _dialect() / "demo.sql")
-        return [s.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1).replace(
-            "CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1) for s in stmts]
+        return [
+            s.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1).replace(
+                "CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1
+            )
+            for s in stmts
+        ]
 
     SQLExecuteQueryOperator(task_id="create_tables", conn_id=WAREHOUSE_CONN, sql=ddl(), split_statements=False)
 

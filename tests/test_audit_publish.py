@@ -53,8 +53,8 @@ def test_two_runs_are_audited_and_published_or_quarantined_separately(spark: Any
     assert main(["publish", str(job), "--run-id", "run-1"]) == 0
     assert main(["quarantine", str(job), "--run-id", "run-2", "--reason", "amount out of range"]) == 0
     assert main(["publish", str(job), "--run-id", "run-1"]) == 0  # idempotent
-    pub = _count(wh, "SELECT COUNT(*), COUNT(DISTINCT ssbj_run_id) FROM orders_enriched_published")
-    qua = _count(wh, "SELECT COUNT(*), MIN(ssbj_reason) FROM orders_enriched_quarantine")
+    pub = _count(wh, "SELECT COUNT(*), COUNT(DISTINCT ssbj_run_id) FROM orders_published")
+    qua = _count(wh, "SELECT COUNT(*), MIN(ssbj_reason) FROM orders_quarantine")
     assert pub == (rows["run-1"][1], 1)
     assert qua == (rows["run-2"][1], "amount out of range")
     assert pub[0] + qua[0] == loaded

@@ -65,10 +65,6 @@ def _job(tmp_path: Path, mariadb: MariaDBServer) -> Path:
     text = text.replace(
         f"url: sqlite:///{(tmp_path / 'demo' / 'warehouse.db').resolve()}", "connection_id: ssbj_warehouse"
     )
-    text += (
-        "quality:\n  source_id: order_id\n  ranges: {amount: {min: 0, max: 500}}\n  published_table: orders_published\n"
-    )
-    text += "  quarantine_table: orders_quarantine\n"
     job.write_text(text)
     assert "sqlite" not in text
     return job

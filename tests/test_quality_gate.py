@@ -21,7 +21,6 @@ pytest.importorskip("great_expectations")
 
 def test_suite_is_generated_from_the_config(tmp_path: Path) -> None:
     job = write_demo(tmp_path, customers=10, orders=10, files=1)
-    job.write_text(job.read_text() + "quality:\n  source_id: order_id\n  ranges: {amount: {min: 0, max: 500}}\n")
     cfg = load_config(job)
     cols = ["order_id", "customer_id", "amount", "placed_at", "c_name", "c_segment", "c_balance"]
     suite = build_suite(
@@ -37,7 +36,6 @@ def test_suite_is_generated_from_the_config(tmp_path: Path) -> None:
 
 def test_clean_run_is_published_and_corrupted_run_quarantined(spark: Any, tmp_path: Path, capsys: Any) -> None:
     job = write_demo(tmp_path, customers=2_000, orders=8_000, files=2, seed=4)
-    job.write_text(job.read_text() + "quality:\n  source_id: order_id\n  ranges: {amount: {min: 0, max: 500}}\n")
     cfg = load_config(job)
     EnrichmentJob(cfg, spark=spark, run_id="clean").run()
     assert main(["check", str(job), "--run-id", "clean"]) == 0
@@ -61,8 +59,8 @@ def test_clean_run_is_published_and_corrupted_run_quarantined(spark: Any, tmp_pa
     err = capsys.readouterr().err
     assert "40 rows quarantined" in err and "amount" in err
     with sqlite3.connect(tmp_path / "warehouse.db") as db:
-        published = db.execute("SELECT COUNT(*), MAX(amount) FROM orders_enriched_published").fetchone()
-        quarantined = db.execute("SELECT COUNT(*), MIN(amount) FROM orders_enriched_quarantine").fetchone()
+        published = db.execute("SELECT COUNT(*), MAX(amount) FROM orders_published").fetchone()
+        quarantined = db.execute("SELECT COUNT(*), MIN(amount) FROM orders_quarantine").fetchone()
         audit = dict(db.execute("SELECT run_id, status FROM ssbj_audit").fetchall())
         failing = db.execute("SELECT rows_failing_checks FROM ssbj_audit WHERE run_id = 'corrupt'").fetchone()
     assert published[0] > 7_000 and published[1] <= 500

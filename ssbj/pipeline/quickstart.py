@@ -29,7 +29,7 @@ schema:
   amount: float64
   placed_at: timestamp
 master:
-  url: sqlite:///{master_db}
+  {master_db}
   table: customer
   key: c_custkey
   columns: [c_name, c_segment, c_balance]
@@ -42,15 +42,21 @@ join:
   step_rows: 5000
 sink:
   kind: database
-  url: sqlite:///{warehouse_db}
+  {warehouse_db}
   table: orders_enriched
 dead_letter:
   kind: database
-  url: sqlite:///{warehouse_db}
+  {warehouse_db}
   table: orders_dead_letters
 trigger:
   mode: available-now
 checkpoint: {checkpoint}
+quality:
+  source_id: order_id
+  ranges:
+    amount: {{min: 0, max: 500}}
+  published_table: orders_published
+  quarantine_table: orders_quarantine
 spark:
   master: local[2]
   conf:
@@ -71,30 +77,67 @@ def add_command(sub: Any) -> None:
     q.add_argument("--orders", type=int, default=200_000)
     q.add_argument("--files", type=int, default=40)
     q.add_argument("--seed", type=int, default=1)
+    q.add_argument(
+        "--connection-id",
+        help="put master data and warehouse in the database of this Airflow connection (AIRFLOW_CONN_<ID>) "
+        "instead of SQLite files",
+    )
     q.set_defaults(handler=lambda a, _extra: cmd_quickstart(a))
 
 
-def write_demo(root: Path, customers: int, orders: int, files: int, seed: int = 1) -> Path:
-    """Write the demo data and job file under ``root``; returns the job file."""
+def _customers(rng: np.random.Generator, n: int) -> list[tuple[int, str, str, float]]:
+    segments = ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"]
+    return [
+        (i, f"Customer#{i:09d}", segments[i % 5], round(float(rng.uniform(-999, 9999)), 2)) for i in range(1, n + 1)
+    ]
+
+
+def _load_master(url: str, rows: list[tuple[int, str, str, float]]) -> None:
+    """Create (or replace) the demo ``customer`` table in a database and load ``rows``."""
+    import sqlalchemy as sa
+
+    from ssbj.warehouse import demo_master_table
+
+    engine = sa.create_engine(url)
+    try:
+        md = sa.MetaData()
+        t = demo_master_table(md)
+        t.drop(engine, checkfirst=True)
+        t.create(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                sa.insert(t), [{"c_custkey": k, "c_name": n, "c_segment": s, "c_balance": b} for k, n, s, b in rows]
+            )
+    finally:
+        engine.dispose()
+
+
+def write_demo(
+    root: Path, customers: int, orders: int, files: int, seed: int = 1, connection_id: str | None = None
+) -> Path:
+    """Write the demo data and job file under ``root``; returns the job file.
+
+    With ``connection_id`` the customers go into that Airflow connection's database and the
+    job reads and writes there; otherwise into ``master.db`` and ``warehouse.db`` (SQLite).
+    """
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
     landing = root / "landing"
     landing.mkdir(exist_ok=True)
     master_db = root / "master.db"
-    with sqlite3.connect(master_db) as db:
-        db.execute("DROP TABLE IF EXISTS customer")
-        db.execute(
-            "CREATE TABLE customer (c_custkey INTEGER PRIMARY KEY, c_name TEXT NOT NULL, "
-            "c_segment TEXT NOT NULL, c_balance REAL NOT NULL)"
-        )
-        segments = ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"]
-        db.executemany(
-            "INSERT INTO customer VALUES (?, ?, ?, ?)",
-            (
-                (i, f"Customer#{i:09d}", segments[i % 5], round(float(rng.uniform(-999, 9999)), 2))
-                for i in range(1, customers + 1)
-            ),
-        )
+    rows = _customers(rng, customers)
+    if connection_id is not None:
+        from ssbj.config import Database
+
+        _load_master(Database.model_validate({"connection_id": connection_id}).resolve().get_secret_value(), rows)
+    else:
+        with sqlite3.connect(master_db) as db:
+            db.execute("DROP TABLE IF EXISTS customer")
+            db.execute(
+                "CREATE TABLE customer (c_custkey INTEGER PRIMARY KEY, c_name TEXT NOT NULL, "
+                "c_segment TEXT NOT NULL, c_balance REAL NOT NULL)"
+            )
+            db.executemany("INSERT INTO customer VALUES (?, ?, ?, ?)", rows)
     # Zipf-skewed customer ids; ids above `customers` have no master row
     ranks = rng.zipf(1.3, size=orders)
     keys = (ranks - 1) % int(customers * 1.05) + 1
@@ -118,11 +161,16 @@ def write_demo(root: Path, customers: int, orders: int, files: int, seed: int = 
         lines.insert(len(lines) // 3, '{"order_id": 1, "customer_id": 7, "amount": 12.5')
         (landing / f"orders-{f:04d}.jsonl").write_text("\n".join(lines) + "\n")
     job = root / "job.yaml"
+    if connection_id is not None:
+        master_src = warehouse_src = f"connection_id: {connection_id}"
+    else:
+        master_src = f"url: sqlite:///{master_db.resolve()}"
+        warehouse_src = f"url: sqlite:///{(root / 'warehouse.db').resolve()}"
     job.write_text(
         JOB_TEMPLATE.format(
             landing=landing.resolve(),
-            master_db=master_db.resolve(),
-            warehouse_db=(root / "warehouse.db").resolve(),
+            master_db=master_src,
+            warehouse_db=warehouse_src,
             checkpoint=(root / "checkpoint").resolve(),
             partition_rows=max(1, customers // 8),
         )
@@ -132,6 +180,6 @@ def write_demo(root: Path, customers: int, orders: int, files: int, seed: int = 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     """Write the demo job and say how to run it."""
-    job = write_demo(Path(args.dir), args.customers, args.orders, args.files, args.seed)
+    job = write_demo(Path(args.dir), args.customers, args.orders, args.files, args.seed, args.connection_id)
     print(f"wrote {job}; run it with: ssbj run --config {job}")
     return 0
