@@ -42,8 +42,9 @@ from adapters.sql_common import (
     read_type_for,
     safe_url,
     split_table_name,
+    with_retries,
 )
-from ssbj.errors import ConfigError, InputError
+from ssbj.errors import ConfigError, InputError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -549,35 +550,29 @@ class ArrowReader:
             self.usable = False
             return None
         sql = str(q.compile(dialect=self._dialect, compile_kwargs={"literal_binds": True}))
-        delays = retry.delays()
-        for attempt in range(1, retry.attempts + 1):
-            try:
-                got = cx.read_sql(self._url, sql, return_type="arrow")
-                break
-            except Exception as e:  # connectorx raises plain RuntimeError/ValueError subclasses
-                msg = self._scrub(" ".join(str(e).split()))[:300]
-                if not any(w in msg.lower() for w in _CX_TRANSIENT):
-                    log.warning("connectorx cannot read %s (%s); using the database driver instead", self._table, msg)
-                    self.usable = False
-                    return None
-                if attempt == retry.attempts:
-                    from ssbj.errors import TransientError
 
-                    raise TransientError(
-                        f"reading master partition {p} of {self._table} failed {attempt} times; last error {msg}"
-                    ) from None
-                log.warning(
-                    "reading master partition %d of %s: attempt %d/%d failed (%s); retrying in %.2f s",
-                    p,
-                    self._table,
-                    attempt,
-                    retry.attempts,
-                    msg,
-                    delays[attempt - 1],
-                )
-                import time
+        def message(e: Exception) -> str:
+            return self._scrub(" ".join(str(e).split()))[:300]
 
-                time.sleep(delays[attempt - 1])
+        def transient(e: Exception) -> bool:  # connectorx raises plain RuntimeError/ValueError subclasses
+            return any(w in message(e).lower() for w in _CX_TRANSIENT)
+
+        try:
+            got = with_retries(
+                lambda: cx.read_sql(self._url, sql, return_type="arrow"),
+                retry,
+                transient,
+                f"reading master partition {p} of {self._table}",
+                log,
+                detail=message,
+                last_error=message,
+            )
+        except Exception as e:
+            if isinstance(e, TransientError):
+                raise
+            log.warning("connectorx cannot read %s (%s); using the database driver instead", self._table, message(e))
+            self.usable = False
+            return None
         table = got if isinstance(got, pa.Table) else pa.Table.from_batches(list(got))
         if table.num_rows == 0:
             return schema.empty_table()

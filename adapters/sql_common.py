@@ -142,6 +142,45 @@ def describe_error(exc: BaseException, engine: Engine) -> str:
     return f"{type(orig).__name__}: {msg}"
 
 
+def with_retries(
+    call: Callable[[], T],
+    retry: RetryPolicy,
+    transient: Callable[[Exception], bool],
+    label: str,
+    logger: logging.Logger,
+    *,
+    detail: Callable[[Exception], str],
+    last_error: Callable[[Exception], str],
+) -> T:
+    """Return ``call()``, retried with backoff while it fails with a ``transient`` error.
+
+    Other errors propagate as they are; after the last attempt a :class:`TransientError`
+    naming ``label`` is raised. Each retry is logged with ``detail(error)``.
+    """
+    delays = retry.delays()
+    t0 = time.monotonic()
+    for attempt in range(1, retry.attempts + 1):
+        try:
+            return call()
+        except Exception as e:
+            if not transient(e):
+                raise
+            if attempt == retry.attempts:
+                raise TransientError(
+                    f"{label} failed {attempt} times in {time.monotonic() - t0:.1f} s; last error {last_error(e)}"
+                ) from e
+            logger.warning(
+                "%s: attempt %d/%d failed with %s; retrying in %.2f s",
+                label,
+                attempt,
+                retry.attempts,
+                detail(e),
+                delays[attempt - 1],
+            )
+            time.sleep(delays[attempt - 1])
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 class SqlRunner:
     """Runs a unit of work on a fresh connection, retrying transient failures with backoff."""
 
@@ -164,37 +203,30 @@ class SqlRunner:
         After the last attempt a :class:`TransientError` is raised; a database error that a
         retry cannot fix is raised as ``terminal`` (both name the database and ``what``).
         """
-        delays = self.retry.delays()
-        t0 = time.monotonic()
-        for attempt in range(1, self.retry.attempts + 1):
-            try:
-                with self.engine.connect() as conn:
-                    if not transaction:
-                        return work(conn)
-                    with conn.begin():
-                        return work(conn)
-            except (sa_exc.DBAPIError, sa_exc.DisconnectionError, sa_exc.TimeoutError) as e:
-                where = safe_url(self.engine)
-                if not is_transient(e):
-                    raise terminal(f"{action} ({self.what} on {where}) failed: {describe_error(e, self.engine)}") from e
-                if attempt == self.retry.attempts:
-                    raise TransientError(
-                        f"{action} ({self.what} on {where}) failed {attempt} times in "
-                        f"{time.monotonic() - t0:.1f} s; last error {describe_error(e, self.engine)}"
-                    ) from e
-                delay = delays[attempt - 1]
-                self._log.warning(
-                    "%s (%s on %s): attempt %d/%d failed with %s; retrying in %.2f s",
-                    action,
-                    self.what,
-                    where,
-                    attempt,
-                    self.retry.attempts,
-                    type(e.orig if isinstance(e, sa_exc.DBAPIError) and e.orig is not None else e).__name__,
-                    delay,
-                )
-                time.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+        db_errors = (sa_exc.DBAPIError, sa_exc.DisconnectionError, sa_exc.TimeoutError)
+
+        def attempt() -> T:
+            with self.engine.connect() as conn:
+                if not transaction:
+                    return work(conn)
+                with conn.begin():
+                    return work(conn)
+
+        label = f"{action} ({self.what} on {safe_url(self.engine)})"
+        try:
+            return with_retries(
+                attempt,
+                self.retry,
+                lambda e: isinstance(e, db_errors) and is_transient(e),
+                label,
+                self._log,
+                detail=lambda e: (
+                    type(e.orig if isinstance(e, sa_exc.DBAPIError) and e.orig is not None else e).__name__
+                ),
+                last_error=lambda e: describe_error(e, self.engine),
+            )
+        except db_errors as e:  # not transient: a retry cannot fix it
+            raise terminal(f"{label} failed: {describe_error(e, self.engine)}") from e
 
 
 def arrow_type_for_sql(sql_type: sa.types.TypeEngine[object], dialect: str) -> pa.DataType | None:

@@ -44,18 +44,15 @@ def _dialect() -> str:
     return {"mysql": "mysql", "mariadb": "mysql", "postgres": "postgresql", "sqlite": "sqlite"}[ctype]
 
 
-def _statements(path: Path) -> list[str]:
-    body = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("--"))
-    return [s.strip() for s in body.split(";") if s.strip()]
-
-
 @dag(dag_id="ssbj_setup", schedule=None, catchup=False, tags=["ssbj"], doc_md=__doc__)
 def ssbj_setup() -> None:
     """Create the demo warehouse tables from sql/<dialect>/demo.sql (idempotent: IF NOT EXISTS)."""
 
     @task
     def ddl() -> list[str]:
-        stmts = _statements(SQL_DIR / _dialect() / "demo.sql")
+        from ssbj.warehouse import statements
+
+        stmts = statements((SQL_DIR / _dialect() / "demo.sql").read_text())
         return [
             s.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1).replace(
                 "CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1
@@ -105,18 +102,13 @@ def ssbj_enrich() -> None:
     @task
     def publish_or_quarantine(outcome: dict[str, Any], run_id: str | None = None) -> int:
         from ssbj.config import load_config
-        from ssbj.pipeline.audit import Warehouse
-        from ssbj.pipeline.quality import load_result
+        from ssbj.pipeline.quality import gate_run
 
-        cfg = load_config(outcome["config"])
-        result = load_result(cfg, str(run_id))
-        wh = Warehouse(cfg)
-        if result.success:
-            n = wh.publish(str(run_id))
-            print(f"{cfg.name}: {n} rows published to {wh.published_name}")
-            return n
-        n = wh.quarantine(str(run_id), result.summary())
-        raise AirflowFailException(f"{n} rows quarantined in {wh.quarantine_name}\n{result.summary()}")
+        gate = gate_run(load_config(outcome["config"]), str(run_id))
+        if not gate.published:
+            raise AirflowFailException(gate.message)
+        print(gate.message)
+        return gate.rows
 
     checked = validate.expand(config=configs)
     enrich >> checked

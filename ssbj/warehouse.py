@@ -171,17 +171,16 @@ def demo_metadata() -> sa.MetaData:
 def output_schema(stream: pa.Schema, master: pa.Schema, columns: list[str]) -> pa.Schema:
     """Return the enriched rows' schema: stream columns, then master ``columns`` (``_master`` on a clash).
 
-    The same naming as :class:`ssbj.core.operator.SemiStreamJoin`'s output.
+    The operator's naming, keeping the master columns' nullability for the DDL.
     """
-    taken = set(stream.names)
-    fields = list(stream)
-    for c in columns:
-        name = c
-        while name in taken:
-            name = f"{name}_master"
-        taken.add(name)
-        fields.append(pa.field(name, master.field(c).type, nullable=master.field(c).nullable))
-    return pa.schema(fields)
+    from ssbj.core.operator import master_output_names
+
+    names = master_output_names(stream.names, columns)
+    fields = [
+        pa.field(n, master.field(c).type, nullable=master.field(c).nullable)
+        for n, c in zip(names, columns, strict=True)
+    ]
+    return pa.schema(list(stream) + fields)
 
 
 def job_metadata(
@@ -208,3 +207,9 @@ def render(md: sa.MetaData, dialect: str) -> str:
         for ix in sorted(t.indexes, key=lambda i: str(i.name)):
             out.append(str(CreateIndex(ix).compile(dialect=d)).strip() + ";\n")
     return "\n".join(out)
+
+
+def statements(ddl: str) -> list[str]:
+    """Split DDL rendered by :func:`render` into statements (no ``;`` occurs inside them)."""
+    body = "\n".join(line for line in ddl.splitlines() if not line.startswith("--"))
+    return [st.strip() for st in body.split(";") if st.strip()]

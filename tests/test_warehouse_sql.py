@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from svc_mariadb import MariaDBServer
 
 from ssbj.cli import main
-from ssbj.warehouse import DIALECTS, demo_metadata, render
+from ssbj.warehouse import DIALECTS, demo_metadata, render, statements
 
 SQL = Path(__file__).parent.parent / "sql"
 
@@ -25,14 +25,9 @@ def test_cli_prints_the_same_ddl(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == render(demo_metadata(), "postgresql")
 
 
-def _statements(text: str) -> list[str]:
-    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
-    return [s.strip() for s in body.split(";") if s.strip()]
-
-
 def test_sqlite_ddl_creates_every_table(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "w.db") as db:
-        for stmt in _statements((SQL / "sqlite" / "demo.sql").read_text()):
+        for stmt in statements((SQL / "sqlite" / "demo.sql").read_text()):
             db.execute(stmt)
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert names == set(demo_metadata().tables)
@@ -43,7 +38,7 @@ def test_mysql_ddl_creates_every_table_in_mariadb(mariadb: MariaDBServer) -> Non
     with engine.begin() as conn:
         for t in demo_metadata().tables:
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {t}"))
-        for stmt in _statements((SQL / "mysql" / "demo.sql").read_text()):
+        for stmt in statements((SQL / "mysql" / "demo.sql").read_text()):
             conn.execute(sa.text(stmt))
     names = set(sa.inspect(engine).get_table_names())
     assert set(demo_metadata().tables) <= names

@@ -43,6 +43,19 @@ def _pow2(n: int) -> int:
     return p
 
 
+def master_output_names(stream_names: list[str], master_columns: list[str]) -> list[str]:
+    """Names of the master columns in the output: ``_master`` is appended while a name is taken."""
+    taken = set(stream_names)
+    out = []
+    for c in master_columns:
+        name = c
+        while name in taken:
+            name = f"{name}_master"
+        taken.add(name)
+        out.append(name)
+    return out
+
+
 @dataclass(frozen=True)
 class JoinSpec:
     """What to join and how.
@@ -150,17 +163,10 @@ class SemiStreamJoin:
         self._proj = proj
         # disk buffer / H_R layout: the master key first, then the projected columns
         self._mcols = [spec.master_key] + [c for c in proj if c != spec.master_key]
-        taken = set(stream_schema.names)
-        out_fields = list(stream_schema)
-        self._out_names: list[str] = []
-        for c in proj:
-            name = c
-            while name in taken:
-                name = f"{name}_master"
-            taken.add(name)
-            self._out_names.append(name)
-            out_fields.append(pa.field(name, master_schema.field(c).type))
-        self.output_schema = pa.schema(out_fields)
+        names = master_output_names(stream_schema.names, proj)
+        self.output_schema = pa.schema(
+            list(stream_schema) + [pa.field(n, master_schema.field(c).type) for n, c in zip(names, proj, strict=True)]
+        )
         self._master_layout = pa.schema([master_schema.field(c) for c in self._mcols])
         self._use_cache = spec.algorithm == "ssbj"
         self._chunk_bytes = spec.chunk_bytes

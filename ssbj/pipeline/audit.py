@@ -37,6 +37,18 @@ class RunRange:
         return sa.and_(after_start, up_to_end)
 
 
+def gate_table_names(cfg: JobConfig) -> tuple[str, str, str]:
+    """Return the (published, quarantine, audit) table names of a job whose sink is a database."""
+    if not isinstance(cfg.sink, DatabaseSink):
+        raise ConfigError("the audit table and the publish step need a sink of kind database")
+    q = cfg.quality
+    return (
+        q.published_table or f"{cfg.sink.table}_published",
+        q.quarantine_table or f"{cfg.sink.table}_quarantine",
+        q.audit_table,
+    )
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
@@ -45,19 +57,15 @@ class Warehouse:
     """The job's warehouse database: enriched, published, quarantine and audit tables."""
 
     def __init__(self, cfg: JobConfig, engine: sa.Engine | None = None) -> None:
-        if not isinstance(cfg.sink, DatabaseSink):
-            raise ConfigError("the audit table and the publish step need a sink of kind database")
+        self.published_name, self.quarantine_name, self.audit_name = gate_table_names(cfg)
+        assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101  (checked by gate_table_names)
         self.cfg = cfg
         if engine is None:
             from adapters.sql_common import make_engine
 
             engine = make_engine(cfg.sink.resolve().get_secret_value())[0]
         self.engine = engine
-        q = cfg.quality
         self.enriched_name = cfg.sink.table
-        self.published_name = q.published_table or f"{cfg.sink.table}_published"
-        self.quarantine_name = q.quarantine_table or f"{cfg.sink.table}_quarantine"
-        self.audit_name = q.audit_table
         self._md = sa.MetaData()
         self.audit = audit_table(self._md, self.audit_name)
 

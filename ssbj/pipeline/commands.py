@@ -181,22 +181,15 @@ def cmd_sql(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(args.config)
         from ssbj.config import DatabaseSink
-        from ssbj.pipeline.factory import MasterSource
+        from ssbj.pipeline.audit import gate_table_names
+        from ssbj.pipeline.factory import MasterSource, settings
 
-        master = MasterSource(cfg).schema()
-        cols = cfg.master.columns if cfg.master.columns is not None else master.names
-        out = warehouse.output_schema(
-            cfg.stream_schema,
-            master,
-            [c for c in cols if c != cfg.master.key]
-            + ([cfg.master.key] if cfg.master.columns is not None and cfg.master.key in cfg.master.columns else []),
-        )
         if not isinstance(cfg.sink, DatabaseSink):
             raise ConfigError("ssbj sql --config needs a job whose sink is a database table")
+        master = MasterSource(cfg).schema()
+        out = warehouse.output_schema(cfg.stream_schema, master, list(settings(cfg, master).master_columns))
         dl = cfg.dead_letter.table if isinstance(cfg.dead_letter, DatabaseSink) else f"{cfg.sink.table}_dead_letters"
-        md = warehouse.job_metadata(
-            out, cfg.sink.table, dl, f"{cfg.sink.table}_published", f"{cfg.sink.table}_quarantine", "ssbj_audit"
-        )
+        md = warehouse.job_metadata(out, cfg.sink.table, dl, *gate_table_names(cfg))
     sys.stdout.write(warehouse.render(md, args.dialect))
     return 0
 
@@ -229,17 +222,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``ssbj gate job.yaml --run-id X``."""
-    from ssbj.pipeline.audit import Warehouse
-    from ssbj.pipeline.quality import load_result
+    from ssbj.pipeline.quality import gate_run
 
-    cfg = load_config(args.config)
-    result = load_result(cfg, args.run_id)
-    wh = Warehouse(cfg)
-    if result.success:
-        n = wh.publish(args.run_id)
-        print(f"{cfg.name} run {args.run_id}: checks passed; {n:,} rows published to {wh.published_name}")
-        return 0
-    summary = result.summary()
-    n = wh.quarantine(args.run_id, summary)
-    print(f"{cfg.name} run {args.run_id}: {n:,} rows quarantined in {wh.quarantine_name}\n{summary}", file=sys.stderr)
-    return 1
+    outcome = gate_run(load_config(args.config), args.run_id)
+    print(outcome.message, file=sys.stdout if outcome.published else sys.stderr)
+    return 0 if outcome.published else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from ssbj.core.keys import check_compatible
 from ssbj.errors import ConfigError, InputError, SSBJError
 from ssbj.pipeline.contracts import CheckpointedMasterScan, WarehouseSink
 from ssbj.pipeline.processor import EnrichmentProcessor, JoinSettings
+
+log = logging.getLogger("ssbj.master")
 
 
 def _engine(url: str) -> Any:
@@ -64,26 +67,14 @@ class MasterSource:
         """Return the rows in R now (one COUNT) and the schema of the projected columns."""
         import sqlalchemy as sa
 
-        from adapters.sql_common import SqlRunner, split_table_name
+        from adapters.sql_common import RetryPolicy, SqlRunner, split_table_name
 
         schema = self.schema()
         schema_name, name = split_table_name(self.cfg.table)
         stmt = sa.select(sa.func.count()).select_from(sa.table(name, schema=schema_name))
-        runner = SqlRunner(self.engine, _retry(), f"master table {self.cfg.table}", _log())
+        runner = SqlRunner(self.engine, RetryPolicy(), f"master table {self.cfg.table}", log)
         n = runner.run(lambda conn: int(conn.execute(stmt).scalar_one()), "count rows")
         return int(n), schema
-
-
-def _retry() -> Any:
-    from adapters.sql_common import RetryPolicy
-
-    return RetryPolicy()
-
-
-def _log() -> Any:
-    import logging
-
-    return logging.getLogger("ssbj.master")
 
 
 def settings(cfg: JobConfig, master_schema: pa.Schema | None = None) -> JoinSettings:

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -202,14 +202,7 @@ class EnrichmentProcessor:
             "master_layout": self.master.layout(),
             "partition_rows": self.master.partition_rows,
             "chunk_bytes": self.op.chunk_bytes,
-            "totals": {
-                "records_in": self.totals.records_in,
-                "decoded_rows": self.totals.decoded_rows,
-                "dead_letters": self.totals.dead_letters,
-                "enriched_rows": self.totals.enriched_rows,
-                "batches": self.totals.batches,
-                "extra": self.totals.extra,
-            },
+            "totals": asdict(self.totals),
         }
         self.op.checkpoint(faults.store_for(self.store, batch_id), batch_id, meta)
         self.last_batch, self.segment = batch_id, segment

@@ -260,3 +260,26 @@ def load_result(cfg: JobConfig, run_id: str) -> CheckResult:
         raise ConfigError(f"run {run_id!r} of {cfg.name!r} has not been checked (no {path})")
     d = json.loads(path.read_text())
     return CheckResult(**d)
+
+
+@dataclass
+class GateOutcome:
+    """What the gate did with a checked run's rows."""
+
+    published: bool
+    rows: int
+    message: str
+
+
+def gate_run(cfg: JobConfig, run_id: str) -> GateOutcome:
+    """Publish a checked run's rows if every check passed, else quarantine them with the summary."""
+    result = load_result(cfg, run_id)
+    wh = Warehouse(cfg)
+    if result.success:
+        n = wh.publish(run_id)
+        return GateOutcome(
+            True, n, f"{cfg.name} run {run_id}: checks passed; {n:,} rows published to {wh.published_name}"
+        )
+    summary = result.summary()
+    n = wh.quarantine(run_id, summary)
+    return GateOutcome(False, n, f"{cfg.name} run {run_id}: {n:,} rows quarantined in {wh.quarantine_name}\n{summary}")
