@@ -86,7 +86,9 @@ def _expected(messages: list[bytes], master: dict[int, tuple[Any, ...]]) -> tupl
     return out, unmatched
 
 
-def _config(mariadb: MariaDBServer, broker: TansuBroker, topic: str, ck: Path, table: str, **trigger: Any) -> Any:
+def _config(
+    mariadb: MariaDBServer, broker: TansuBroker, topic: str, ck: Path, table: str, reader: str = "auto", **trigger: Any
+) -> Any:
     url = f"mysql+pymysql://{USER}@127.0.0.1:{mariadb.port}/{DATABASE}"
     return parse_config(
         {
@@ -106,6 +108,7 @@ def _config(mariadb: MariaDBServer, broker: TansuBroker, topic: str, ck: Path, t
                 "key": "c_custkey",
                 "columns": ["c_name", "c_segment", "c_balance"],
                 "partition_rows": 700,
+                "reader": reader,
             },
             "join": {"stream_key": "customer_id", "memory": "16MiB", "step_rows": 250},
             "sink": {"kind": "database", "url": url, "password_env": "SSBJ_TEST_DB_PASSWORD", "table": table},
@@ -164,7 +167,7 @@ def test_kafka_to_mariadb_exact_with_dead_letters_and_no_secrets_in_logs(
     assert db_password not in json.dumps(progress)
 
 
-def test_outages_of_database_and_broker_lose_nothing(
+def test_outages_of_database_and_broker_lose_nothing_with_retries_and_query_restarts(
     spark: Any, mariadb: MariaDBServer, kafka_broker: TansuBroker, tmp_path: Path, db_password: str
 ) -> None:
     engine = sa.create_engine(mariadb.url)
@@ -172,7 +175,8 @@ def test_outages_of_database_and_broker_lose_nothing(
     messages, _ = _messages(25_000, seed=9)
     kafka_broker.create_topic("orders-outage", partitions=2)
     kafka_broker.produce("orders-outage", messages)
-    cfg = _config(mariadb, kafka_broker, "orders-outage", tmp_path / "ck", "enriched_outage")
+    # the driver path: its retries give up after ~7.5 s (connectorx waits inside its own pool instead)
+    cfg = _config(mariadb, kafka_broker, "orders-outage", tmp_path / "ck", "enriched_outage", reader="driver")
     seen = threading.Event()
     batches_at: list[float] = []
     outage_ended: list[float] = []
@@ -186,7 +190,7 @@ def test_outages_of_database_and_broker_lose_nothing(
     def outages() -> None:
         seen.wait(120)
         mariadb.stop()
-        time.sleep(3)
+        time.sleep(12)  # longer than the adapters' retries (~7.5 s): the job must restart its query
         mariadb.start()
         time.sleep(1)
         kafka_broker.stop()
@@ -199,6 +203,7 @@ def test_outages_of_database_and_broker_lose_nothing(
     summary = job.run()
     t.join()
     assert outage_ended and batches_at[-1] > outage_ended[0], "the job ended before the outages: make it longer"
+    assert summary.restarts >= 1  # the database outage outlasted the adapters' retries
     engine.dispose()  # its pooled connections died with the server
     expected, _ = _expected(messages, master)
     assert _warehouse(engine, "enriched_outage") == expected
