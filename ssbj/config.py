@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyarrow as pa
 import yaml
@@ -121,8 +121,11 @@ class Database(_Model):
         return f"${self.url_env}" if self.url_env else f"airflow connection {self.connection_id!r}"
 
 
-def _airflow_connection_url(conn_id: str) -> str:
-    """SQLAlchemy URL of an Airflow connection (``AIRFLOW_CONN_<ID>`` or Airflow's own lookup)."""
+def airflow_connection(conn_id: str) -> dict[str, Any]:
+    """Return the parts of an Airflow connection (``AIRFLOW_CONN_<ID>``, or Airflow's own lookup).
+
+    Keys: conn_type, host, port, login, password, schema, extra (a dict).
+    """
     env = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
     if env is None:
         try:
@@ -132,20 +135,39 @@ def _airflow_connection_url(conn_id: str) -> str:
                 f"Airflow connection {conn_id!r}: AIRFLOW_CONN_{conn_id.upper()} is not set "
                 "and Airflow is not installed"
             ) from exc
-        conn = BaseHook.get_connection(conn_id)
-        env = str(conn.get_uri())
-    if env.lstrip().startswith("{"):
-        import json
+        env = str(BaseHook.get_connection(conn_id).get_uri())
+    import json
 
+    if env.lstrip().startswith("{"):
         d = json.loads(env)
-        ctype, host, login = d.get("conn_type", ""), d.get("host", ""), d.get("login")
-        pw, port, schema = d.get("password"), d.get("port"), d.get("schema", "")
-    else:
-        parts = urlsplit(env)
-        ctype, host, port = parts.scheme, parts.hostname or "", parts.port
-        login = unquote(parts.username) if parts.username else None
-        pw = unquote(parts.password) if parts.password else None
-        schema = parts.path.lstrip("/")
+        extra = d.get("extra") or {}
+        return {
+            "conn_type": d.get("conn_type", ""),
+            "host": d.get("host") or "",
+            "port": d.get("port"),
+            "login": d.get("login"),
+            "password": d.get("password"),
+            "schema": d.get("schema") or "",
+            "extra": json.loads(extra) if isinstance(extra, str) else dict(extra),
+        }
+    parts = urlsplit(env)
+    query = dict(parse_qsl(parts.query))
+    extra = json.loads(query["__extra__"]) if "__extra__" in query else query
+    return {
+        "conn_type": parts.scheme,
+        "host": unquote(parts.hostname or ""),
+        "port": parts.port,
+        "login": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+        "schema": parts.path.lstrip("/"),
+        "extra": extra,
+    }
+
+
+def _airflow_connection_url(conn_id: str) -> str:
+    """SQLAlchemy URL of an Airflow database connection."""
+    c = airflow_connection(conn_id)
+    ctype, host, port, login, pw, schema = (c[k] for k in ("conn_type", "host", "port", "login", "password", "schema"))
     driver = _AIRFLOW_DRIVERS.get(ctype.replace("-", "_"))
     if driver is None:
         raise ConfigError(
@@ -175,7 +197,10 @@ class KafkaSource(_Model):
     """A Kafka topic."""
 
     kind: Literal["kafka"]
-    bootstrap_servers: str
+    bootstrap_servers: str | None = None
+    connection_id: str | None = Field(
+        None, description="Airflow connection of the broker (extra: client settings such as bootstrap.servers)"
+    )
     topic: str
     reader: Literal["python", "native"] = Field(
         "python", description="python: ssbj's confluent-kafka data source; native: Spark's kafka format (needs jars)"
@@ -199,9 +224,38 @@ class KafkaSource(_Model):
                 raise ValueError(f"option {k!r} looks like a secret; give it in secret_options_env instead")
         return v
 
+    @model_validator(mode="after")
+    def _one_broker(self) -> KafkaSource:
+        if (self.bootstrap_servers is None) == (self.connection_id is None):
+            raise ValueError("give exactly one of bootstrap_servers, connection_id")
+        return self
+
+    def _connection(self) -> dict[str, Any]:
+        return airflow_connection(self.connection_id) if self.connection_id else {}
+
+    def bootstrap(self) -> str:
+        """Return the broker list: from the file, or from the Airflow connection."""
+        if self.bootstrap_servers is not None:
+            return self.bootstrap_servers
+        c = self._connection()
+        servers = c["extra"].get("bootstrap.servers") or (f"{c['host']}:{c['port']}" if c["host"] else "")
+        if not servers:
+            raise ConfigError(f"Airflow connection {self.connection_id!r} has no bootstrap.servers and no host")
+        return str(servers)
+
+    def display(self) -> str:
+        """Return where the broker is, for messages (no secrets)."""
+        return self.bootstrap_servers or f"airflow connection {self.connection_id!r}"
+
     def client_options(self) -> dict[str, str]:
-        """Client settings including the secrets read from the environment."""
-        out = dict(self.options)
+        """Client settings: the connection's (if any), the file's, then the secrets from the environment."""
+        c = self._connection()
+        out = {str(k): str(v) for k, v in c.get("extra", {}).items() if k != "bootstrap.servers"}
+        if c.get("login"):
+            out.setdefault("sasl.username", str(c["login"]))
+        if c.get("password"):
+            out.setdefault("sasl.password", str(c["password"]))
+        out.update(self.options)
         for k, env in self.secret_options_env.items():
             val = os.environ.get(env)
             if val is None:
@@ -219,7 +273,8 @@ class Master(Database):
     page_column: str | None = None
     partition_rows: Annotated[int, Field(ge=1)] | None = None
     reader: Literal["auto", "driver", "connectorx"] = Field(
-        "auto", description="auto: connectorx (Arrow, 14x faster on MariaDB) when installed and the page column is an integer"
+        "auto",
+        description="auto: connectorx (Arrow, 14x faster on MariaDB) when installed and the page column is an integer",
     )
 
     @field_validator("table")

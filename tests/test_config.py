@@ -98,6 +98,27 @@ def test_airflow_connection_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert cfg.master.resolve().get_secret_value().startswith("postgresql+psycopg://u:x@pg")
 
 
+def test_kafka_broker_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    src = {"kind": "kafka", "connection_id": "broker", "topic": "t"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BROKER",
+        '{"conn_type": "kafka", "login": "etl", "password": "pw", '
+        '"extra": {"bootstrap.servers": "b1:9092,b2:9092", "security.protocol": "SASL_SSL"}}',
+    )
+    cfg = parse_config(_base(source=src))
+    assert cfg.source.bootstrap() == "b1:9092,b2:9092"  # type: ignore[union-attr]
+    assert cfg.source.client_options() == {  # type: ignore[union-attr]
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "etl",
+        "sasl.password": "pw",
+    }
+    assert "pw" not in cfg.source.display()  # type: ignore[union-attr]
+    monkeypatch.setenv("AIRFLOW_CONN_BROKER", "kafka://k1:9093")
+    assert cfg.source.bootstrap() == "k1:9093"  # type: ignore[union-attr]
+    msg = _error(_base(source={**src, "bootstrap_servers": "x:1"}))
+    assert "exactly one of bootstrap_servers, connection_id" in msg
+
+
 def test_secret_looking_kafka_options_must_come_from_the_environment() -> None:
     msg = _error(
         _base(

@@ -87,7 +87,14 @@ def _expected(messages: list[bytes], master: dict[int, tuple[Any, ...]]) -> tupl
 
 
 def _config(
-    mariadb: MariaDBServer, broker: TansuBroker, topic: str, ck: Path, table: str, reader: str = "auto", **trigger: Any
+    mariadb: MariaDBServer,
+    broker: TansuBroker,
+    topic: str,
+    ck: Path,
+    table: str,
+    reader: str = "auto",
+    broker_connection: str | None = None,
+    **trigger: Any,
 ) -> Any:
     url = f"mysql+pymysql://{USER}@127.0.0.1:{mariadb.port}/{DATABASE}"
     return parse_config(
@@ -95,7 +102,11 @@ def _config(
             "name": f"e2e-{table}",
             "source": {
                 "kind": "kafka",
-                "bootstrap_servers": broker.bootstrap,
+                **(
+                    {"connection_id": broker_connection}
+                    if broker_connection
+                    else {"bootstrap_servers": broker.bootstrap}
+                ),
                 "topic": topic,
                 "max_offsets_per_trigger": 500,
                 "reader_options": {"pollTimeoutMs": "800", "endOffsets": "consume"},
@@ -139,14 +150,25 @@ def db_password(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_kafka_to_mariadb_exact_with_dead_letters_and_no_secrets_in_logs(
-    spark: Any, mariadb: MariaDBServer, kafka_broker: TansuBroker, tmp_path: Path, db_password: str, caplog: Any
+    spark: Any,
+    mariadb: MariaDBServer,
+    kafka_broker: TansuBroker,
+    tmp_path: Path,
+    db_password: str,
+    caplog: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     engine = sa.create_engine(mariadb.url)
     master = _load_master(engine)
     messages, bad = _messages(12_000, seed=5)
     kafka_broker.create_topic("orders-e2e", partitions=2)
     kafka_broker.produce("orders-e2e", messages)
-    cfg = _config(mariadb, kafka_broker, "orders-e2e", tmp_path / "ck", "enriched_e2e")
+    # the broker from an Airflow connection, the database password from the environment
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SSBJ_BROKER",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
+    )
+    cfg = _config(mariadb, kafka_broker, "orders-e2e", tmp_path / "ck", "enriched_e2e", broker_connection="ssbj_broker")
     progress: list[dict[str, Any]] = []
     with caplog.at_level(logging.DEBUG):
         summary = EnrichmentJob(cfg, spark=spark, on_progress=progress.append).run()

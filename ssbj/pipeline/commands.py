@@ -168,7 +168,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def describe(cfg: JobConfig) -> str:
     """One line naming the job's parts (no secrets)."""
     src = cfg.source
-    where = src.path if src.kind == "files" else f"{src.topic}@{src.bootstrap_servers}"
+    where = src.path if src.kind == "files" else f"{src.topic}@{src.display()}"
     return f"{cfg.name}: {src.kind} {where} -> {cfg.master.table} ({cfg.master.display()}) -> {cfg.sink.kind}"
 
 

@@ -181,10 +181,10 @@ def _check_kafka(cfg: JobConfig) -> str:
         from confluent_kafka.admin import AdminClient
     except ImportError as exc:
         raise ConfigError("source.kind kafka needs confluent-kafka: pip install 'ssbj[kafka]'") from exc
-    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": src.bootstrap_servers}
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": src.bootstrap()}
     conf.update({k.removeprefix("kafka."): v for k, v in src.client_options().items()})
     md = AdminClient(conf).list_topics(timeout=10)
     if src.topic not in md.topics:
-        raise ConfigError(f"source.topic {src.topic!r} does not exist at {src.bootstrap_servers}")
+        raise ConfigError(f"source.topic {src.topic!r} does not exist at {src.display()}")
     parts = len(md.topics[src.topic].partitions)
-    return f"source: Kafka topic {src.topic} at {src.bootstrap_servers} ({parts} partitions, reader {src.reader})"
+    return f"source: Kafka topic {src.topic} at {src.display()} ({parts} partitions, reader {src.reader})"

@@ -75,7 +75,7 @@ def source_frame(spark: Any, cfg: JobConfig) -> Any:
         fmt = "kafka"
     reader = (
         spark.readStream.format(fmt)
-        .option("kafka.bootstrap.servers", src.bootstrap_servers)
+        .option("kafka.bootstrap.servers", src.bootstrap())
         .option("subscribe", src.topic)
         .option("startingOffsets", src.starting_offsets)
     )
