@@ -34,6 +34,11 @@ class HSRows:
             self._tables[i : i + 2] = [merged]
             del self._bases[i + 1]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the buffers the segments hold (a slice pins its whole buffers)."""
+        return sum(int(t.get_total_buffer_size()) for t in self._tables)
+
     def drop_before(self, slot: int) -> None:
         """Forget every slot < ``slot`` (expiry of the oldest chunks)."""
         while self._tables and self._bases[0] + self._tables[0].num_rows <= slot:

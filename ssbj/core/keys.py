@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numba import njit
 
-from ssbj.core.kernels import hash_bytes
+from ssbj.core.hashing import mix
 from ssbj.errors import InputError
 
 
@@ -42,6 +43,16 @@ def check_compatible(stream_type: pa.DataType, master_type: pa.DataType) -> str:
             f"stream key type {stream_type} and master key type {master_type} are incompatible ({fs} vs {fm})"
         )
     return fs
+
+
+@njit(cache=True)
+def hash_bytes(offsets: np.ndarray, data: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """64-bit FNV-1a of each variable-length value, finalised with splitmix64."""
+    for i in range(out.shape[0]):
+        h = np.uint64(0xCBF29CE484222325)
+        for j in range(offsets[i], offsets[i + 1]):
+            h = (h ^ np.uint64(data[j])) * np.uint64(0x100000001B3)
+        out[i] = np.int64(mix(h) & np.uint64(0x7FFFFFFFFFFFFFFF))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +114,24 @@ def encode_keys(col: pa.Array | pa.ChunkedArray, family: str) -> EncodedKeys:
 def needs_verification(family: str) -> bool:
     """Whether equal 64-bit values may still be different keys (hash collisions)."""
     return family in ("string", "binary", "decimal")
+
+
+def is_exact(family: str) -> bool:
+    """Whether the 64-bit encoding of a key family is lossless (integers, booleans, temporal)."""
+    return family in ("integer", "boolean") or family.startswith("temporal:")
+
+
+def decode_keys(values: np.ndarray, t: pa.DataType, family: str) -> pa.Array:
+    """Key column of type ``t`` from encoded values (inverse of the encoding of exact families)."""
+    values = np.asarray(values, dtype=np.int64)
+    if pa.types.is_dictionary(t):
+        raise InputError("dictionary keys are hashed, not decoded")
+    if family == "integer":
+        return pa.array(values, pa.int64()).cast(t, safe=False)
+    if family == "boolean":
+        return pa.array(values != 0, pa.bool_())
+    if family.startswith("temporal:"):
+        if t.bit_width == 64:
+            return pa.array(values, pa.int64()).view(t)
+        return pa.array(values.astype(np.int32), pa.int32()).view(t)
+    raise InputError(f"keys of family {family} cannot be decoded")

@@ -10,19 +10,28 @@ from typing import Any
 class MemoryReport:
     """Bytes held by each component of the operator."""
 
-    h_s: int  # stream tuples in H_S plus the slot ring (queue pointers, chain links)
-    h_r: int  # cached master rows plus their entries
-    queue: int  # chunk descriptors of Q
-    disk_buffer: int  # the partition of R currently loaded
+    h_s: int  # H_S: stream rows, their encoded keys and chain links, the value index
+    h_r: int  # H_R: cached master rows, partition tags, value index, empty entries
+    queue: int  # chunk records of Q
+    disk_buffer: int  # the partition of R currently loaded, with its encoded keys
     switching_buffer: int  # s_B
-    key_table: int  # per-join-value entries (H_S/H_R index, s_count, f_count)
+    key_table: int  # value statistics (s_count of the candidates)
     stream_buffer: int  # input not yet read by the cache phase (outside the budget)
-    entries: int  # join values tracked
+    entries: int  # join values tracked (H_S values, cached values, candidates)
+    transient: int = 0  # per-step temporaries (probe results) alive at the end of the step
 
     @property
     def total(self) -> int:
         """Budgeted bytes: every component but the stream buffer."""
-        return self.h_s + self.h_r + self.queue + self.disk_buffer + self.switching_buffer + self.key_table
+        return (
+            self.h_s
+            + self.h_r
+            + self.queue
+            + self.disk_buffer
+            + self.switching_buffer
+            + self.key_table
+            + self.transient
+        )
 
     def to_dict(self) -> dict[str, int]:
         """Plain dict, with the total."""

@@ -1,0 +1,116 @@
+"""The memory-optimal bound of Theorem 1, computed on actual data.
+
+With memory ``M`` and ``N`` stream tuples arriving per R-cycle, join value ``j`` (stream
+probability ``p_j``, ``m_j`` master rows) costs ``m_j * v_R`` in the cache and
+``N * p_j * v_S`` in the disk phase. Theorem 1 places every value where it costs less,
+so SSBJ can hold the largest ``N`` with
+
+    sum_j min(m_j * v_R, N * p_j * v_S) = M
+
+while MESHJOIN holds ``N = M / v_S``. At the same R-cycle time the service rates are in
+the ratio of the two ``N``. Values with ``m_j = 0`` cost nothing (an empty cache entry is
+taken as free, as in the paper's analysis) and values absent from the stream hold
+nothing. When every value with master rows fits in ``M`` the bound is unlimited: SSBJ is
+then a main-memory hash join (Theorem 3).
+
+Assumptions, as in the paper: a stationary stream whose join values are i.i.d. with
+probabilities ``p_j``; hash tables linear in their tuples with no per-entry overhead; the
+disk buffer, queue and statistics not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ssbj.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class KeyDistribution:
+    """Per join value of the stream: its probability ``p`` and its master row count ``m``."""
+
+    p: np.ndarray  # float64, sums to 1 over the stream's values
+    m: np.ndarray  # int64
+    stream_rows: int
+    master_rows: int
+
+    @property
+    def values(self) -> int:
+        """Distinct join values in the stream."""
+        return len(self.p)
+
+
+def key_distribution(stream_keys: np.ndarray, master_keys: np.ndarray) -> KeyDistribution:
+    """Empirical ``p_j`` of the stream's (non-NULL, encoded) keys and ``m_j`` from R's keys."""
+    s_vals, s_counts = np.unique(np.asarray(stream_keys, dtype=np.int64), return_counts=True)
+    m_vals, m_counts = np.unique(np.asarray(master_keys, dtype=np.int64), return_counts=True)
+    pos = np.searchsorted(m_vals, s_vals)
+    pos_ok = np.minimum(pos, max(len(m_vals) - 1, 0))
+    hit = (pos < len(m_vals)) & (m_vals[pos_ok] == s_vals) if len(m_vals) else np.zeros(len(s_vals), bool)
+    m = np.where(hit, m_counts[pos_ok] if len(m_vals) else 0, 0).astype(np.int64)
+    total = int(s_counts.sum())
+    p = s_counts / max(total, 1)
+    return KeyDistribution(p=p.astype(np.float64), m=m, stream_rows=total, master_rows=len(master_keys))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Theorem 1 at memory ``memory``: SSBJ's ``N`` against MESHJOIN's ``M / v_S``."""
+
+    memory: float
+    v_s: float
+    v_r: float
+    n_ssbj: float  # stream tuples per R-cycle SSBJ can hold (inf: all of R fits)
+    n_meshjoin: float  # M / v_S
+    ratio: float  # n_ssbj / n_meshjoin (inf when all of R fits)
+    cache_share: float  # share of stream tuples whose value is cached (empty entries included)
+    cached_values: int
+    cache_bytes: float  # sum of m_j * v_R over cached values
+    disk_bytes: float  # N * v_S * (share of tuples left to the disk phase)
+    all_of_r_fits: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (infinities as None)."""
+        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(self).items()}
+
+
+def memory_optimal_bound(dist: KeyDistribution, memory: float, v_s: float, v_r: float) -> Bound:
+    """Solve ``sum_j min(m_j v_R, N p_j v_S) = M`` for N exactly (piecewise linear in N)."""
+    if memory <= 0 or v_s <= 0 or v_r <= 0:
+        raise ConfigError(f"memory, v_S and v_R must be > 0 (got {memory}, {v_s}, {v_r})")
+    p, m = dist.p, dist.m
+    empty_share = float(p[m == 0].sum())
+    sel = (m > 0) & (p > 0)
+    ps, ms = p[sel], m[sel].astype(np.float64)
+    n_mesh = memory / v_s
+    cache_all = float(ms.sum() * v_r)
+    if cache_all <= memory:
+        return Bound(memory, v_s, v_r, math.inf, n_mesh, math.inf, 1.0, int(sel.sum()), cache_all, 0.0, True)
+    # value j is cached once N >= t_j = m_j v_R / (p_j v_S); sort by that threshold
+    t = ms * v_r / (ps * v_s)
+    order = np.argsort(t, kind="stable")
+    t, ps, ms = t[order], ps[order], ms[order]
+    cached_bytes = np.concatenate([[0.0], np.cumsum(ms * v_r)])  # first i values cached
+    tail_p = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])  # p of values i.. (disk phase)
+    # f(N) with the first i values cached holds for N in [t_{i-1}, t_i]; f(t_i) with i cached:
+    f_at_t = cached_bytes[:-1] + t * v_s * tail_p[:-1]
+    i = int(np.searchsorted(f_at_t, memory, side="left"))  # values 0..i-1 cached
+    n = (memory - cached_bytes[i]) / (v_s * tail_p[i]) if tail_p[i] > 0 else math.inf
+    share = empty_share + float(ps[:i].sum())
+    return Bound(
+        memory=memory,
+        v_s=v_s,
+        v_r=v_r,
+        n_ssbj=n,
+        n_meshjoin=n_mesh,
+        ratio=n / n_mesh,
+        cache_share=share,
+        cached_values=i,
+        cache_bytes=float(cached_bytes[i]),
+        disk_bytes=float(n * v_s * tail_p[i]),
+        all_of_r_fits=False,
+    )

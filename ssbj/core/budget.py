@@ -1,0 +1,140 @@
+"""The memory budget: "Adapt MESHJOIN setting w" (Algorithm 1, line 11) with real sizes.
+
+With ``memory_budget`` set, at every R-cycle start (and once the first partition has
+been read, so the disk buffer is measured) H_S gets what the other structures leave:
+
+    avail = budget - disk buffer - H_R - s_B reserve - value statistics - Q - temporaries
+
+and the ring of H_S is re-laid out to hold ``(k + 1)`` chunks of ``w`` tuples (k chunks
+wait, one more enters before the oldest expires), each tuple costing its row bytes,
+its encoded key and link, and a worst-case share of the value index (every tuple a
+value of its own), so the budget holds whatever the key distribution. The s_B reserve is
+the largest switching buffer seen: when s_B moves into H_R at phase-out, that reserve
+covers H_R's growth until the ring shrinks at the next R-cycle.
+
+Everything else is admitted against the room left: a new empty cache entry, growth of
+the statistics table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for
+from ssbj.core.hs import INDEX_SLOT, ST_FIELDS
+
+if TYPE_CHECKING:
+    from ssbj.core.operator import SemiStreamJoin
+
+QUEUE_RECORD = 32  # bytes per chunk record of Q
+STATS_SHARE = 0.05  # most of the budget the candidate table may take
+
+
+@dataclass
+class Plan:
+    """What the last adaptation chose."""
+
+    w_tuples: int = 0  # stream tuples per H_S chunk
+    ring_slots: int = 0
+    avail: int = 0  # bytes H_S may hold
+    per_tuple: float = 0.0  # bytes one waiting tuple costs in H_S
+
+
+def per_tuple_bytes(op: SemiStreamJoin) -> float:
+    """Bytes of H_S per slot: fixed columns, var bytes, key and link, worst-case index share."""
+    hs = op.hs
+    var = hs.rows.var_bytes / hs.live if hs.live else max(0.0, op._vs_avg - hs.rows.slot_bytes() + 8)
+    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT / MAX_LOAD
+
+
+def fixed_bytes(op: SemiStreamJoin) -> int:
+    """Budgeted bytes outside H_S."""
+    disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
+    sb = max(op._sb_bytes, op._sb_peak)
+    queue = (op._k + 2) * QUEUE_RECORD
+    return int(disk + op.cache.nbytes() + sb + op.stats.nbytes + queue + op._transient_peak)
+
+
+def adapt(op: SemiStreamJoin) -> None:
+    """Size H_S's chunks and ring for the coming R-cycle (no-op without a budget)."""
+    budget = op.spec.memory_budget
+    k = max(op._k, 1)
+    op.hs.queue.resize(k + 2)
+    if budget is None:
+        op.stats.grow(1 << 62)
+        return
+    if op._disk_buffer_peak == 0:
+        # nothing measured yet: the planned chunk size, a ring for one R-cycle of it
+        per = max(op._vs_avg, 1.0)
+        w = max(1, int(op._chunk_bytes / per))
+        _set_ring(op, (k + 1) * w, w, per)
+        return
+    op.stats.limit_bytes(int(STATS_SHARE * budget))
+    avail = budget - fixed_bytes(op)
+    per = per_tuple_bytes(op)
+    w = max(1, int(avail / ((k + 1) * per)))
+    if op.spec.min_chunk_bytes > 1 and op._vs_avg > 0:
+        w = max(w, int(op.spec.min_chunk_bytes / op._vs_avg))
+    op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
+    op._plan = Plan(w, (k + 1) * w, avail, per)
+    _set_ring(op, (k + 1) * w, w, per)
+
+
+def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
+    hs = op.hs
+    slots = max(slots, hs.span + w, 1)
+    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT / MAX_LOAD)
+    if slots != hs.cap:
+        hs.set_capacity(slots, int(var_per * w))
+    hs.fit_index(min(hs.values + w, slots))
+
+
+def index_limit(op: SemiStreamJoin) -> int:
+    """Most slots the value index of H_S may have (every waiting tuple its own value)."""
+    if op.spec.memory_budget is None:
+        return 1 << 62
+    return int(op.hs.cap / MAX_LOAD) + 2
+
+
+def stats_limit(op: SemiStreamJoin) -> int:
+    """Bytes the statistics table may grow to now."""
+    budget = op.spec.memory_budget
+    if budget is None:
+        return 1 << 62
+    return int(min(STATS_SHARE * budget, op.stats.nbytes + max(room(op), 0) // 2))
+
+
+def room(op: SemiStreamJoin) -> int:
+    """Bytes of the budget not held now."""
+    budget = op.spec.memory_budget
+    if budget is None:
+        return 1 << 62
+    return budget - op.memory().total
+
+
+def empties_room(op: SemiStreamJoin, n: int) -> int:
+    """How many of ``n`` new empty entries fit in the budget (table growth included)."""
+    if op.spec.memory_budget is None:
+        return n
+    free = room(op)
+    e = op.cache.empties
+    cur = e.nbytes
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        size = e.size + mid
+        cap = e.cap if size <= e.cap * MAX_LOAD else capacity_for(size)
+        grow = KeyedTable.bytes_for(cap, 2, 1) - cur if cap != e.cap else 0
+        # while the table is rebuilt the old arrays exist beside the new ones
+        need = grow + (cur if cap != e.cap else 0)
+        if need <= free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def stats_entry_bytes() -> float:
+    """Bytes one candidate costs in the statistics table at the target load."""
+    return KeyedTable.bytes_for(1, ST_FIELDS, 8) / 0.6

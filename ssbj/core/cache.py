@@ -1,0 +1,487 @@
+"""H_R, the cache phase's hash table: the master rows of cached join values.
+
+* rows of cached values, column by column (the disk-buffer layout: key first, then the
+  projected columns), grouped by value and, within a value, by the partition they were
+  read from (``src``) and read order;
+* an index from value to its group (start, length) with f_count (cache hits since the
+  R-cycle in ``since``, saturating) for eviction;
+* a separate set of *empty* entries (values cached with no master row) that holds only
+  the key, a saturating f_count and ``since``: most cached values of a long-tailed
+  stream are such values, so an empty entry is kept as small as a hash-set slot.
+
+A value is served by the cache from its switch-in until its eviction; every partition
+read by the disk phase refreshes the cached rows read from it (updates, inserts,
+deletes; :meth:`Cache.refresh`), so no cached row is older than one R-cycle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numba import njit
+
+from ssbj.core.hashing import KeyedTable, capacity_for, kset_delete, kset_find, kset_slot
+from ssbj.core.keys import encode_keys
+
+# mypy: disable-error-code="return-value,arg-type,no-any-return"
+
+HR_START = 0
+HR_LEN = 1
+HR_F = 2
+HR_SINCE = 3
+E_F = 0
+E_SINCE = 1
+F_MAX_ROWS = (1 << 31) - 1
+F_MAX_EMPTY = 255
+
+
+@njit(cache=True)
+def cache_probe(
+    hk: np.ndarray,
+    hused: np.ndarray,
+    hpay: np.ndarray,
+    ek: np.ndarray,
+    eused: np.ndarray,
+    epay: np.ndarray,
+    keys: np.ndarray,
+    valid: np.ndarray,
+    row_bytes: np.ndarray,
+    start: int,
+    miss_budget: int,
+    miss_used: int,
+    max_misses: int,
+    max_tuples: int,
+    use_cache: bool,
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
+    """Cache phase over ``keys[start:]``: H_R hits, empty hits, NULLs and misses.
+
+    Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
+    or ``max_misses`` tuples. Returns (consumed, hit_slot, miss_idx, null_idx, empty_idx,
+    miss bytes used); ``hit_slot`` has one entry per consumed tuple (-1 if not a hit).
+    """
+    n = keys.shape[0]
+    limit = min(n, start + max_tuples)
+    hit = np.full(limit - start, -1, dtype=np.int64)
+    miss = np.empty(limit - start, dtype=np.int64)
+    nul = np.empty(limit - start, dtype=np.int64)
+    emp = np.empty(limit - start, dtype=np.int64)
+    nm = 0
+    nn = 0
+    ne = 0
+    i = start
+    while i < limit:
+        if not valid[i]:
+            nul[nn] = i
+            nn += 1
+            i += 1
+            continue
+        if use_cache:
+            j = kset_find(hk, hused, keys[i])
+            if j >= 0:
+                hit[i - start] = j
+                if hpay[j, HR_F] < F_MAX_ROWS:
+                    hpay[j, HR_F] += 1
+                i += 1
+                continue
+            j = kset_find(ek, eused, keys[i])
+            if j >= 0:
+                emp[ne] = i
+                ne += 1
+                if epay[j, E_F] < F_MAX_EMPTY:
+                    epay[j, E_F] += 1
+                i += 1
+                continue
+        if nm >= max_misses or (miss_used > 0 and miss_used + row_bytes[i] > miss_budget):
+            break
+        miss[nm] = i
+        nm += 1
+        miss_used += row_bytes[i]
+        i += 1
+        if miss_used >= miss_budget:
+            break
+    return i - start, hit[: i - start], miss[:nm], nul[:nn], emp[:ne], miss_used
+
+
+@njit(cache=True)
+def expand_hits(hit: np.ndarray, hpay: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Output pairs (stream index, H_R row) of the cache hits."""
+    total = 0
+    for i in range(hit.shape[0]):
+        if hit[i] >= 0:
+            total += hpay[hit[i], HR_LEN]
+    ps = np.empty(total, dtype=np.int64)
+    pr = np.empty(total, dtype=np.int64)
+    k = 0
+    for i in range(hit.shape[0]):
+        j = hit[i]
+        if j < 0:
+            continue
+        st = hpay[j, HR_START]
+        for r in range(st, st + hpay[j, HR_LEN]):
+            ps[k] = i + offset
+            pr[k] = r
+            k += 1
+    return ps, pr
+
+
+@njit(cache=True)
+def _row_keys(hk: np.ndarray, hused: np.ndarray, hpay: np.ndarray, nrows: int) -> np.ndarray:  # pragma: no cover
+    out = np.zeros(nrows, dtype=np.int64)
+    for j in range(hk.shape[0]):
+        if hused[j]:
+            st = hpay[j, HR_START]
+            for r in range(st, st + hpay[j, HR_LEN]):
+                out[r] = hk[j]
+    return out
+
+
+@njit(cache=True)
+def _evict(
+    hk: np.ndarray,
+    hused: np.ndarray,
+    hpay: np.ndarray,
+    row_cost: float,
+    entry_cost: float,
+    tuple_cost: float,
+    switch_factor: float,
+    rc: int,
+    out: np.ndarray,
+) -> int:  # pragma: no cover
+    """Cache eviction (lines 42-51): values whose m_cache >= s_f * m_disk; resets f_count."""
+    n = 0
+    for j in range(hk.shape[0]):
+        if not hused[j]:
+            continue
+        cycles = max(1, rc - hpay[j, HR_SINCE])
+        m_cache = hpay[j, HR_LEN] * row_cost + entry_cost
+        m_disk = hpay[j, HR_F] / cycles * tuple_cost
+        if m_cache >= switch_factor * m_disk:
+            out[n] = hk[j]
+            n += 1
+        else:
+            hpay[j, HR_F] = 0
+            hpay[j, HR_SINCE] = rc
+    return n
+
+
+@njit(cache=True)
+def _evict_empty(
+    ek: np.ndarray,
+    eused: np.ndarray,
+    epay: np.ndarray,
+    entry_cost: float,
+    tuple_cost: float,
+    switch_factor: float,
+    rc: int,
+) -> int:  # pragma: no cover
+    """Eviction of empty entries; decided for all first, since a deletion moves entries."""
+    out = np.empty(ek.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(ek.shape[0]):
+        if eused[i]:
+            cycles = max(1, (rc - epay[i, E_SINCE]) % 256)
+            if entry_cost >= switch_factor * epay[i, E_F] / cycles * tuple_cost:
+                out[n] = ek[i]
+                n += 1
+            else:
+                epay[i, E_F] = 0
+                epay[i, E_SINCE] = rc % 256
+    for t in range(n):
+        j = kset_find(ek, eused, out[t])
+        kset_delete(ek, eused, epay, j)
+    return n
+
+
+@njit(cache=True)
+def _add_empties(
+    ek: np.ndarray, eused: np.ndarray, epay: np.ndarray, keys: np.ndarray, rc: int
+) -> int:  # pragma: no cover
+    n = 0
+    for t in range(keys.shape[0]):
+        j = kset_slot(ek, eused, keys[t])
+        if j >= 0:
+            continue
+        j = -j - 1
+        eused[j] = True
+        ek[j] = keys[t]
+        epay[j, E_F] = 0
+        epay[j, E_SINCE] = rc % 256
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def refresh_pairs(
+    hpay: np.ndarray, src: np.ndarray, rf_row: np.ndarray, rf_slot: np.ndarray, p: int
+) -> tuple[np.ndarray, int]:  # pragma: no cover
+    """Return the cached row expected for each fresh row (-1: none left) and the fresh rows matched.
+
+    Fresh rows arrive in read order; the cached rows of a value read from partition ``p``
+    are in the same order, so the i-th fresh row of a value pairs with its i-th cached
+    row from ``p``.
+    """
+    order = np.argsort(rf_slot, kind="mergesort")
+    out = np.full(rf_row.shape[0], -1, dtype=np.int64)
+    matched = 0
+    t = 0
+    while t < order.shape[0]:
+        j = rf_slot[order[t]]
+        st = hpay[j, HR_START]
+        en = st + hpay[j, HR_LEN]
+        r = st
+        while t < order.shape[0] and rf_slot[order[t]] == j:
+            while r < en and src[r] != p:
+                r += 1
+            if r < en:
+                out[order[t]] = r
+                matched += 1
+                r += 1
+            t += 1
+    return out, matched
+
+
+class Cache:
+    """H_R plus the empty entries; see the module doc."""
+
+    def __init__(self, layout: pa.Schema, family: str) -> None:
+        self.layout = layout
+        self.family = family
+        self.columns: list[pa.Array] = [pa.array([], type=f.type) for f in layout]
+        self.src = np.zeros(0, dtype=np.int32)
+        self.index = KeyedTable(4, np.int32)
+        self.empties = KeyedTable(2, np.uint8)
+        self.cnt_src = np.zeros(1, dtype=np.int64)
+        self.version = 0  # bumped when the rows change (checkpoints write H_R only then)
+
+    # ------------------------------------------------------------ sizes
+    @property
+    def rows(self) -> int:
+        """Cached master rows."""
+        return len(self.src)
+
+    @property
+    def values(self) -> int:
+        """Cached values with master rows."""
+        return self.index.size
+
+    @property
+    def empty_values(self) -> int:
+        """Cached values without master rows."""
+        return self.empties.size
+
+    def row_nbytes(self) -> int:
+        """Bytes of the cached rows' columns and their partition tags."""
+        return int(sum(c.nbytes for c in self.columns) + self.src.nbytes)
+
+    def nbytes(self) -> int:
+        """Bytes of H_R: rows, tags, index, empty entries, per-partition counts."""
+        return self.row_nbytes() + self.index.nbytes + self.empties.nbytes + int(self.cnt_src.nbytes)
+
+    def entry_cost(self) -> float:
+        """Bytes of one index entry of a value with rows (target load, plus its tag bytes)."""
+        return self.index.entry_bytes()
+
+    def empty_cost(self) -> float:
+        """Bytes of one empty entry at the target load."""
+        return self.empties.entry_bytes()
+
+    def table(self) -> pa.Table:
+        """Return the cached rows as a table (no copy)."""
+        return pa.Table.from_arrays(self.columns, schema=self.layout)
+
+    def values_cached(self) -> np.ndarray:
+        """Return the encoded values served by the cache (with and without rows)."""
+        return np.concatenate([self.index.keys[self.index.used], self.empties.keys[self.empties.used]])
+
+    # ------------------------------------------------------------ changes
+    def set_partitions(self, k: int) -> None:
+        """Per-partition row counts for ``k`` partitions."""
+        if len(self.cnt_src) != k:
+            self.cnt_src = np.bincount(self.src, minlength=k).astype(np.int64)[: max(k, 1)]
+            if len(self.cnt_src) < k:
+                self.cnt_src = np.concatenate([self.cnt_src, np.zeros(k - len(self.cnt_src), np.int64)])
+
+    def add_empties(self, keys: np.ndarray, rc: int) -> None:
+        """Cache ``keys`` as values without master rows."""
+        if len(keys):
+            self.empties.reserve(len(keys))
+            self.empties.size += _add_empties(
+                self.empties.keys, self.empties.used, self.empties.payload, np.asarray(keys, np.int64), rc
+            )
+
+    def evict(
+        self, row_cost: float, entry_cost: float, empty_cost: float, tuple_cost: float, switch_factor: float, rc: int
+    ) -> tuple[np.ndarray, int]:
+        """Evict values the cache inequality no longer favours; returns (evicted keys with rows, empties evicted)."""
+        out = np.empty(self.index.cap, dtype=np.int64)
+        n = _evict(
+            self.index.keys,
+            self.index.used,
+            self.index.payload,
+            row_cost,
+            entry_cost,
+            tuple_cost,
+            switch_factor,
+            rc,
+            out,
+        )
+        ne = _evict_empty(
+            self.empties.keys,
+            self.empties.used,
+            self.empties.payload,
+            empty_cost,
+            tuple_cost,
+            switch_factor,
+            rc,
+        )
+        self.empties.size -= ne
+        self.empties.fit()
+        return out[:n], ne
+
+    def rebuild(
+        self,
+        drop: np.ndarray,
+        add: pa.Table | None,
+        add_keys: np.ndarray,
+        add_src: np.ndarray,
+        rc: int,
+        keep_src_not: int | None = None,
+        cached_after: np.ndarray | None = None,
+    ) -> None:
+        """Rebuild the rows: drop values ``drop`` (and rows read from ``keep_src_not``), add ``add``.
+
+        Columns are rebuilt one at a time, so the extra memory while rebuilding is one
+        column. Values in ``cached_after`` that end with no row become empty entries.
+        """
+        ix = self.index
+        old_keys = _row_keys(ix.keys, ix.used, ix.payload, self.rows)
+        keep = np.ones(self.rows, dtype=bool)
+        if len(drop):
+            keep &= ~np.isin(old_keys, drop)
+        if keep_src_not is not None:
+            keep &= self.src != keep_src_not
+        keep_idx = np.flatnonzero(keep)
+        n_add = 0 if add is None else add.num_rows
+        keys = np.concatenate([old_keys[keep_idx], np.asarray(add_keys, np.int64)])
+        src = np.concatenate([self.src[keep_idx], np.asarray(add_src, np.int32)])
+        seq = np.arange(len(keys))
+        order = np.lexsort((seq, src, keys))
+        for c in range(len(self.columns)):
+            old = self.columns[c].take(pa.array(keep_idx))
+            parts = [old] if n_add == 0 else [old, add.column(c).combine_chunks()]  # type: ignore[union-attr]
+            merged = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+            self.columns[c] = merged.take(pa.array(order))
+        keys = keys[order]
+        self.src = src[order].astype(np.int32)
+        # carry f_count and since of values that stay
+        old_k, old_p = ix.entries()
+        uniq, starts, counts = np.unique(keys, return_index=True, return_counts=True)
+        pay = np.zeros((len(uniq), 4), dtype=np.int32)
+        pay[:, HR_START] = starts
+        pay[:, HR_LEN] = counts
+        pay[:, HR_SINCE] = rc
+        if len(old_k) and len(uniq):
+            by_key = np.argsort(old_k)
+            sk = old_k[by_key]
+            pos = np.minimum(np.searchsorted(sk, uniq), len(sk) - 1)
+            same = sk[pos] == uniq
+            pay[same, HR_F] = old_p[by_key[pos[same]], HR_F]
+            pay[same, HR_SINCE] = old_p[by_key[pos[same]], HR_SINCE]
+        ix.load(uniq, pay)
+        if cached_after is not None and len(cached_after):
+            gone = np.setdiff1d(cached_after, uniq)
+            self.add_empties(gone, rc)
+        if len(uniq):
+            self._drop_empties(uniq)
+        self.cnt_src = np.bincount(self.src, minlength=len(self.cnt_src)).astype(np.int64)
+        self.version += 1
+
+    def _drop_empties(self, keys: np.ndarray) -> None:
+        e = self.empties
+        for key in keys[np.isin(keys, e.keys[e.used])]:
+            j = int(kset_find(e.keys, e.used, int(key)))
+            if j >= 0:
+                kset_delete(e.keys, e.used, e.payload, j)
+                e.size -= 1
+
+    def refresh(
+        self,
+        p: int,
+        part: pa.Table,
+        mkeys: np.ndarray,
+        rf_row: np.ndarray,
+        rf_slot: np.ndarray,
+        n_empty_hits: int,
+        rc: int,
+    ) -> bool:
+        """Replace the cached rows last read from partition ``p`` by what was read now.
+
+        ``rf_row`` are the rows of ``part`` whose value has cached rows (``rf_slot`` its
+        index slot), ``n_empty_hits`` the rows whose value is cached empty. Returns
+        whether anything changed (then H_R is rebuilt).
+        """
+        if len(rf_row) == 0 and n_empty_hits == 0 and self.cnt_src[p] == 0:
+            return False
+        changed = n_empty_hits > 0
+        if not changed:
+            old, matched = refresh_pairs(self.index.payload, self.src, rf_row, rf_slot, p)
+            changed = matched != len(rf_row) or matched != self.cnt_src[p]
+            if not changed and matched:
+                fresh = part.take(pa.array(rf_row))
+                prev = self.table().take(pa.array(old))
+                changed = not fresh.equals(prev)
+        if not changed:
+            return False
+        # the value set stays; only its rows from p are replaced
+        cached_keys = self.values_cached()
+        new_rows = np.flatnonzero(np.isin(mkeys, cached_keys))
+        fresh = part.take(pa.array(new_rows))
+        before = self.index.keys[self.index.used].copy()
+        self.rebuild(
+            np.zeros(0, np.int64),
+            fresh,
+            mkeys[new_rows],
+            np.full(len(new_rows), p, np.int32),
+            rc,
+            keep_src_not=p,
+            cached_after=before,
+        )
+        return True
+
+    def load(
+        self,
+        table: pa.Table,
+        src: np.ndarray,
+        index_keys: np.ndarray,
+        index_pay: np.ndarray,
+        index_cap: int,
+        empty_keys: np.ndarray,
+        empty_pay: np.ndarray,
+        empty_cap: int,
+        k: int,
+    ) -> None:
+        """Restore the state saved by a checkpoint."""
+        self.columns = [c.combine_chunks() for c in table.columns]
+        self.src = np.asarray(src, dtype=np.int32)
+        self.index.load(index_keys, index_pay, index_cap)
+        self.empties.load(empty_keys, empty_pay, empty_cap)
+        self.cnt_src = np.bincount(self.src, minlength=max(k, 1)).astype(np.int64)
+
+    def key_array(self) -> np.ndarray:
+        """Return the encoded key of every cached row."""
+        return _row_keys(self.index.keys, self.index.used, self.index.payload, self.rows)
+
+    def encode(self, table: pa.Table) -> np.ndarray:
+        """Return the encoded keys of a table in the cache layout."""
+        return encode_keys(table.column(0), self.family).values
+
+    def verify(self, stream_keys: pa.Array, rows: np.ndarray) -> np.ndarray:
+        """Mask of pairs whose real key values agree (for hashed key families)."""
+        m = self.columns[0].take(pa.array(rows))
+        return np.asarray(pc.equal(stream_keys, m).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def new_capacity(n: int) -> int:
+    """Table capacity for ``n`` entries (re-exported for the budget planner)."""
+    return capacity_for(n)

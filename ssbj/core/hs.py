@@ -1,0 +1,493 @@
+"""H_S, the MESHJOIN hash table of waiting stream tuples, and its queue Q.
+
+Per tuple H_S holds its row (:class:`~ssbj.core.ringstore.RowRing`), its encoded join
+value (``ring_key``, 8 bytes; for exact key types this *is* the key column, which the
+ring then does not store again) and a 4-byte ``link``: the distance to the previous
+tuple of the same value (a chain, newest to oldest) with two flag bits, *matched*
+(it met a master row) and *removed* (it left H_S early, when its value moved to the
+cache). Per join value H_S holds one 4-byte index slot pointing at the value's newest
+tuple; the index stores no key (the key is read from ``ring_key`` of that tuple), so a
+value costs 4 bytes / load and nothing else. How many tuples a value has (``n`` of the
+cache inequality) is the length of its chain, counted when it is needed.
+
+The queue Q holds one record per chunk: first slot, size, the partition loaded in the
+step it entered (so it expires after meeting all k partitions) and its row bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
+from ssbj.core.keys import decode_keys
+from ssbj.core.ringstore import RowRing
+
+# mypy: disable-error-code="return-value,arg-type,no-any-return"
+
+MATCHED = np.uint32(1 << 31)
+REMOVED = np.uint32(1 << 30)
+DELTA = np.uint32((1 << 30) - 1)
+FLAGS = np.uint32(MATCHED | REMOVED)
+M32 = np.int64((1 << 32) - 1)  # slots are stored modulo this in the index
+EMPTY = np.uint32(0xFFFFFFFF)  # never a residue modulo M32
+INDEX_SLOT = 5  # bytes per index slot: slot (4) and hash tag (1)
+
+# Fields of the value-statistics payload (see ssbj.core.stats).
+ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
+ST_SINCE = 1  # step at which tracking began
+ST_LAST = 2  # last R-cycle the value entered H_S
+ST_DECIDED = 3  # R-cycle of the switching decision
+ST_SWITCH = 4  # 1 while the value's rows are collected in s_B
+ST_FIELDS = 5
+
+
+@njit(cache=True, inline="always")
+def enc(s: int) -> np.uint32:  # pragma: no cover - compiled
+    """Index entry of slot ``s``."""
+    return np.uint32(s % M32)
+
+
+@njit(cache=True, inline="always")
+def dec(v: np.uint32, hi: int) -> int:  # pragma: no cover - compiled
+    """Slot of index entry ``v``, given that it is one of the live slots below ``hi``."""
+    d = (hi % M32 - np.int64(v) + M32) % M32
+    return hi - d
+
+
+@njit(cache=True, inline="always")
+def ix_find(
+    hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, key: int, h: np.uint64
+) -> tuple[int, int]:  # pragma: no cover
+    """(index slot, newest live slot of ``key``); the slot is -1 and the index slot free if absent.
+
+    A one-byte tag of the hash per index slot spares most key comparisons (each one a
+    read of ``ring_key`` at a random position).
+    """
+    n = hix.shape[0]
+    i = home(h, n)
+    tag = np.uint8(h & np.uint64(0xFF))
+    while hix[i] != EMPTY:
+        if htag[i] == tag:
+            s = dec(hix[i], hi)
+            if ring_key[s % cap] == key:
+                return i, s
+        i += 1
+        if i == n:
+            i = 0
+    return i, np.int64(-1)
+
+
+@njit(cache=True)
+def ix_delete(
+    hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, i: int
+) -> None:  # pragma: no cover
+    """Delete index slot ``i``, shifting the rest of its cluster back."""
+    n = hix.shape[0]
+    hole = i
+    j = i
+    while True:
+        j += 1
+        if j == n:
+            j = 0
+        if hix[j] == EMPTY:
+            break
+        s = dec(hix[j], hi)
+        if between(hole, home(mix(ring_key[s % cap]), n), j):
+            continue
+        hix[hole] = hix[j]
+        htag[hole] = htag[j]
+        hole = j
+    hix[hole] = EMPTY
+
+
+@njit(cache=True)
+def ix_rebuild(
+    hix: np.ndarray, htag: np.ndarray, heads: np.ndarray, ring_key: np.ndarray, cap: int, hi: int
+) -> None:  # pragma: no cover
+    """Insert the newest slots ``heads`` (one per value) into an empty index."""
+    n = hix.shape[0]
+    for t in range(heads.shape[0]):
+        s = heads[t]
+        h = mix(ring_key[s % cap])
+        i = home(h, n)
+        while hix[i] != EMPTY:
+            i += 1
+            if i == n:
+                i = 0
+        hix[i] = enc(s)
+        htag[i] = np.uint8(h & np.uint64(0xFF))
+
+
+@njit(cache=True)
+def hs_heads(hix: np.ndarray, hi: int) -> np.ndarray:  # pragma: no cover
+    """Newest slot of every value in the index."""
+    out = np.empty(hix.shape[0], dtype=np.int64)
+    m = 0
+    for i in range(hix.shape[0]):
+        if hix[i] != EMPTY:
+            out[m] = dec(hix[i], hi)
+            m += 1
+    return out[:m]
+
+
+@njit(cache=True)
+def hs_insert(
+    hix: np.ndarray,
+    htag: np.ndarray,
+    ring_key: np.ndarray,
+    link: np.ndarray,
+    cap: int,
+    lo: int,
+    hi0: int,
+    keys: np.ndarray,
+    track: bool,
+    st_keys: np.ndarray,
+    st_used: np.ndarray,
+    st_pay: np.ndarray,
+    st_meta: np.ndarray,
+    step: int,
+    rc: int,
+) -> int:  # pragma: no cover
+    """ADD tuples as slots ``hi0, hi0 + 1, ...`` to H_S; returns the number of new values.
+
+    With ``track`` (SSBJ), a value that now has two tuples or more in H_S becomes a
+    candidate of the value statistics (while the table has room), and a tracked value
+    records the R-cycle it was last seen in.
+    """
+    created = 0
+    for t in range(keys.shape[0]):
+        s = hi0 + t
+        key = keys[t]
+        pos = s % cap
+        ring_key[pos] = key
+        h = mix(key)
+        i, g = ix_find(hix, htag, ring_key, cap, s + 1, key, h)
+        had = g >= lo
+        if had:
+            d = s - g
+            link[pos] = np.uint32(d) if d <= DELTA else np.uint32(0)
+        else:
+            link[pos] = np.uint32(0)
+            created += 1
+        hix[i] = enc(s)
+        htag[i] = np.uint8(h & np.uint64(0xFF))
+        if track:
+            j = kset_slot(st_keys, st_used, key)
+            if j >= 0:
+                st_pay[j, ST_LAST] = rc
+            elif had and st_meta[0] < st_meta[1]:
+                j = -j - 1
+                st_used[j] = True
+                st_keys[j] = key
+                st_pay[j, ST_ROWS] = 0
+                st_pay[j, ST_SINCE] = step
+                st_pay[j, ST_LAST] = rc
+                st_pay[j, ST_DECIDED] = -1
+                st_pay[j, ST_SWITCH] = 0
+                st_meta[0] += 1
+    return created
+
+
+@njit(cache=True)
+def hs_expire(
+    hix: np.ndarray,
+    htag: np.ndarray,
+    ring_key: np.ndarray,
+    link: np.ndarray,
+    cap: int,
+    hi: int,
+    lo: int,
+    upto: int,
+    find_empties: bool,
+    empty_cost: float,
+    tuple_cost: float,
+    switch_factor: float,
+    st_keys: np.ndarray,
+    st_used: np.ndarray,
+    st_pay: np.ndarray,
+) -> tuple[np.ndarray, int, np.ndarray, int]:  # pragma: no cover
+    """DELETE slots ``[lo, upto)``; returns (unmatched slots, live slots, empty values, values gone).
+
+    A tuple that leaves unmatched has met every partition of R: its value has no master
+    rows. With ``find_empties`` such a value becomes an *empty* cache entry when the
+    cache inequality says so, using the tuples of the value that arrived after this one
+    (an unbiased count of its arrivals in one R-cycle) for ``n``.
+    """
+    um = np.empty(upto - lo, dtype=np.int64)
+    emp = np.empty(upto - lo, dtype=np.int64)
+    nu = 0
+    ne = 0
+    live = 0
+    gone = 0
+    for s in range(lo, upto):
+        pos = s % cap
+        f = link[pos]
+        if f & REMOVED:
+            continue
+        live += 1
+        key = ring_key[pos]
+        matched = (f & MATCHED) != 0
+        if not matched:
+            um[nu] = s
+            nu += 1
+        i, g = ix_find(hix, htag, ring_key, cap, hi, key, mix(key))
+        if g == s:
+            ix_delete(hix, htag, ring_key, cap, hi, i)
+            gone += 1
+        elif find_empties and not matched and g > s:
+            c = 0
+            t = g
+            while t > s:
+                c += 1
+                d = int(link[t % cap] & DELTA)
+                if d == 0:
+                    break
+                t -= d
+            if empty_cost < switch_factor * c * tuple_cost:
+                j = kset_find(st_keys, st_used, key)
+                if j < 0 or st_pay[j, ST_SWITCH] == 0:
+                    emp[ne] = key
+                    ne += 1
+    return um[:nu], live, emp[:ne], gone
+
+
+@njit(cache=True)
+def hs_remove(
+    hix: np.ndarray,
+    htag: np.ndarray,
+    ring_key: np.ndarray,
+    link: np.ndarray,
+    cap: int,
+    lo: int,
+    hi: int,
+    keys: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Remove every tuple of ``keys`` from H_S; returns (slots, key position) of the removed."""  # pragma: no cover
+    total = 0
+    heads = np.empty(keys.shape[0], dtype=np.int64)
+    for t in range(keys.shape[0]):
+        i, g = ix_find(hix, htag, ring_key, cap, hi, keys[t], mix(keys[t]))
+        heads[t] = g
+        s = g
+        while s >= lo:
+            total += 1
+            d = int(link[s % cap] & DELTA)
+            if d == 0:
+                break
+            s -= d
+    out = np.empty(total, dtype=np.int64)
+    which = np.empty(total, dtype=np.int64)
+    m = 0
+    for t in range(keys.shape[0]):
+        s = heads[t]
+        if s < lo:
+            continue
+        while s >= lo:
+            out[m] = s
+            which[m] = t
+            m += 1
+            p = s % cap
+            link[p] |= REMOVED
+            d = int(link[p] & DELTA)
+            if d == 0:
+                break
+            s -= d
+        i, g = ix_find(hix, htag, ring_key, cap, hi, keys[t], mix(keys[t]))
+        ix_delete(hix, htag, ring_key, cap, hi, i)
+    return out[:m], which[:m]
+
+
+@njit(cache=True)
+def chain_length(
+    hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, link: np.ndarray, cap: int, lo: int, hi: int, key: int
+) -> int:  # pragma: no cover
+    """Live tuples of ``key`` in H_S."""
+    _i, s = ix_find(hix, htag, ring_key, cap, hi, key, mix(key))
+    n = 0
+    while s >= lo:
+        n += 1
+        d = int(link[s % cap] & DELTA)
+        if d == 0:
+            break
+        s -= d
+    return n
+
+
+class Queue:
+    """Q: one record (first slot, tuples, partition at entry, row bytes) per chunk, FIFO."""
+
+    FIELDS = 4
+
+    def __init__(self, cap: int = 16) -> None:
+        self._a = np.zeros((cap, self.FIELDS), dtype=np.int64)
+        self._head = 0
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the record array."""
+        return int(self._a.nbytes)
+
+    def push(self, base: int, n: int, p0: int, nbytes: int) -> None:
+        """Enqueue a chunk."""
+        if self._n == len(self._a):
+            self.resize(2 * len(self._a))
+        i = (self._head + self._n) % len(self._a)
+        self._a[i] = (base, n, p0, nbytes)
+        self._n += 1
+
+    def oldest(self) -> tuple[int, int, int, int]:
+        """Return (base, n, p0, nbytes) of the oldest chunk."""
+        r = self._a[self._head]
+        return int(r[0]), int(r[1]), int(r[2]), int(r[3])
+
+    def pop(self) -> tuple[int, int, int, int]:
+        """Dequeue the oldest chunk."""
+        r = self.oldest()
+        self._head = (self._head + 1) % len(self._a)
+        self._n -= 1
+        return r
+
+    def records(self) -> np.ndarray:
+        """All records, oldest first."""
+        idx = (self._head + np.arange(self._n)) % len(self._a)
+        out: np.ndarray = self._a[idx]
+        return out
+
+    def resize(self, cap: int) -> None:
+        """Room for ``cap`` chunks (never fewer than queued)."""
+        cap = max(cap, self._n, 1)
+        recs = self.records()
+        self._a = np.zeros((cap, self.FIELDS), dtype=np.int64)
+        self._a[: self._n] = recs
+        self._head = 0
+
+    def load(self, records: np.ndarray, cap: int) -> None:
+        """Replace by ``records`` (from :meth:`records`)."""
+        self._n = len(records)
+        self._a = np.zeros((max(cap, self._n, 1), self.FIELDS), dtype=np.int64)
+        self._a[: self._n] = records
+        self._head = 0
+
+
+class StreamTable:
+    """H_S: the ring of waiting tuples with its value index and chain links (see module doc)."""
+
+    def __init__(self, schema: pa.Schema, key: str, family: str, store_key: bool, cap: int = 64) -> None:
+        self.schema = schema
+        self.key = key
+        self.family = family
+        self.store_key = store_key
+        names = [n for n in schema.names if store_key or n != key]
+        self.rows = RowRing(schema, names, cap)
+        self.ring_key = np.zeros(cap, dtype=np.int64)
+        self.link = np.zeros(cap, dtype=np.uint32)
+        self.hix = np.full(capacity_for(16), EMPTY, dtype=np.uint32)
+        self.htag = np.zeros(len(self.hix), dtype=np.uint8)
+        self.values = 0  # entries in the index (join values with live tuples)
+        self.queue = Queue()
+        self.live = 0  # live tuples (not removed, not expired)
+        self.row_bytes = 0  # raw Arrow bytes of the live tuples' rows
+
+    # ------------------------------------------------------------ shape
+    @property
+    def cap(self) -> int:
+        """Slots of the ring."""
+        return self.rows.cap
+
+    @property
+    def lo(self) -> int:
+        """Oldest live slot."""
+        return self.rows.lo
+
+    @property
+    def hi(self) -> int:
+        """Next slot to be used."""
+        return self.rows.hi
+
+    @property
+    def span(self) -> int:
+        """Slots between the oldest and the next (removed tuples included)."""
+        return self.rows.hi - self.rows.lo
+
+    def nbytes(self) -> int:
+        """Bytes held: rows, ring keys, links and the index."""
+        return int(self.rows.nbytes() + self.ring_key.nbytes + self.link.nbytes + self.hix.nbytes + self.htag.nbytes)
+
+    def slot_bytes(self) -> float:
+        """Bytes per slot of ring capacity (without string data and the value index)."""
+        return self.rows.slot_bytes() + 8 + 4
+
+    @staticmethod
+    def index_bytes_per_value() -> float:
+        """Bytes one join value costs in the index at the target load."""
+        return INDEX_SLOT / TARGET_LOAD
+
+    def set_capacity(self, cap: int, var_extra: int = 0) -> None:
+        """Re-lay the live slots out at ``cap`` slots (the index is kept: it stores slots)."""
+        cap = max(cap, self.span, 1)
+        if cap == self.cap and var_extra == 0:
+            return
+        lo, hi = self.lo, self.hi
+        live = np.arange(lo, hi, dtype=np.int64)
+        old_pos, new_pos = live % self.cap, live % cap
+        rk = np.zeros(cap, dtype=np.int64)
+        rk[new_pos] = self.ring_key[old_pos]
+        ln = np.zeros(cap, dtype=np.uint32)
+        ln[new_pos] = self.link[old_pos]
+        self.ring_key, self.link = rk, ln
+        self.rows.set_capacity(cap, var_extra)
+
+    def reserve_values(self, n_new: int, max_cap: int = 1 << 62) -> None:
+        """Room in the index for ``n_new`` more values below the maximum load (at most ``max_cap`` slots)."""
+        need = self.values + n_new
+        if need > self.hix.shape[0] * MAX_LOAD:
+            cap = min(capacity_for(need), max_cap)
+            self.rebuild_index(max(cap, need + 1))
+
+    def fit_index(self, expected_values: int) -> None:
+        """Shrink the index when it is far larger than ``expected_values`` need."""
+        want = capacity_for(max(expected_values, self.values))
+        if self.hix.shape[0] > 2 * want:
+            self.rebuild_index(want)
+
+    def rebuild_index(self, cap: int) -> None:
+        """Rebuild the index at ``cap`` slots."""
+        heads = hs_heads(self.hix, self.hi)
+        cap = max(cap, capacity_for(len(heads), MAX_LOAD))
+        self.hix = np.full(cap, EMPTY, dtype=np.uint32)
+        self.htag = np.zeros(cap, dtype=np.uint8)
+        ix_rebuild(self.hix, self.htag, heads, self.ring_key, self.cap, self.hi)
+
+    # ------------------------------------------------------------ rows
+    def take(self, slots: np.ndarray) -> pa.Table:
+        """Stream rows of live ``slots``, in the order given."""
+        slots = np.asarray(slots, dtype=np.int64)
+        cols = self.rows.take(slots)
+        if not self.store_key:
+            cols[self.key] = decode_keys(self.ring_key[slots % self.cap], self.schema.field(self.key).type, self.family)
+        return pa.Table.from_arrays([cols[n] for n in self.schema.names], schema=self.schema)
+
+    def keys_of(self, slots: np.ndarray) -> np.ndarray:
+        """Return the encoded join values of ``slots``."""
+        out: np.ndarray = self.ring_key[np.asarray(slots, dtype=np.int64) % self.cap]
+        return out
+
+    def mark_matched(self, slots: np.ndarray) -> None:
+        """Flag ``slots`` as having met a master row."""
+        if len(slots):
+            self.link[np.asarray(slots, dtype=np.int64) % self.cap] |= MATCHED
+
+    def matched(self, slots: np.ndarray) -> np.ndarray:
+        """Mask of ``slots`` flagged matched."""
+        out: np.ndarray = (self.link[np.asarray(slots, dtype=np.int64) % self.cap] & MATCHED) != 0
+        return out
+
+    def chain_length(self, key: int) -> int:
+        """Live tuples of (encoded) value ``key``."""
+        return int(chain_length(self.hix, self.htag, self.ring_key, self.link, self.cap, self.lo, self.hi, key))

@@ -1,0 +1,225 @@
+"""Checkpoint and exact restore of a :class:`~ssbj.core.operator.SemiStreamJoin`.
+
+Written once: each H_S chunk (its rows, encoded keys and chain links, which never change),
+each piece of s_B, H_R's rows whenever they changed (``hr-<version>``). Written at every
+checkpoint: the flags of the live H_S slots (matched, removed; two bits each), H_R's
+index and empty entries (their f_counts change with every hit), the value statistics,
+the unread stream buffer, and the manifest with the scalars. The value index of H_S is
+rebuilt on restore from the live slots (it only points at each value's newest tuple).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ssbj.core import budget as B
+from ssbj.core.cache import _row_keys
+from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.hs import DELTA, EMPTY, MATCHED, REMOVED, ix_rebuild
+from ssbj.core.keys import encode_keys
+from ssbj.core.operator import _Buffered
+from ssbj.core.rowsize import row_nbytes
+from ssbj.core.spec import Counters
+from ssbj.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from ssbj.core.operator import SemiStreamJoin
+
+VERSION = 2
+_KEY, _DELTA, _SRC = "__ssbj_key", "__ssbj_delta", "__ssbj_src"
+
+
+def _spec_of(op: SemiStreamJoin) -> dict[str, Any]:
+    return {
+        "stream_key": op.spec.stream_key,
+        "master_key": op.spec.master_key,
+        "master_columns": op._proj,
+        "algorithm": op.spec.algorithm,
+    }
+
+
+def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: dict[str, Any] | None) -> None:
+    """Write checkpoint ``checkpoint_id`` of ``op`` (see the module doc)."""
+    hs = op.hs
+    files: list[str] = []
+    recs = hs.queue.records()
+    for base, n, _, _ in recs:
+        name = f"chunk-{int(base)}.arrow"
+        if not store.exists(name):
+            slots = np.arange(base, base + n, dtype=np.int64)
+            t = hs.take(slots)
+            t = t.append_column(_KEY, pa.array(hs.keys_of(slots), pa.int64()))
+            deltas = (hs.link[slots % hs.cap] & DELTA).astype(np.int64)
+            store.write_table(name, t.append_column(_DELTA, pa.array(deltas, pa.int64())))
+        files.append(name)
+    hr_name = f"hr-{op.cache.version}.arrow"
+    if not store.exists(hr_name):
+        store.write_table(hr_name, op.cache.table().append_column(_SRC, pa.array(op.cache.src, pa.int32())))
+    files.append(hr_name)
+    sb = []
+    for t, k, p, sid in op._sb:
+        name = f"sb-{sid}.arrow"
+        if not store.exists(name):
+            t2 = t.append_column(_KEY, pa.array(k, pa.int64()))
+            store.write_table(name, t2.append_column(_SRC, pa.array(p, pa.int32())))
+        files.append(name)
+        sb.append(name)
+    buf_name = f"buf-{checkpoint_id}.arrow"
+    rest = [b.table.slice(b.pos) for b in op._buffer]
+    store.write_table(buf_name, pa.concat_tables(rest) if rest else op.stream_schema.empty_table())
+    files.append(buf_name)
+    live = np.arange(hs.lo, hs.hi, dtype=np.int64) % max(hs.cap, 1)
+    flags = hs.link[live]
+    ix_k, ix_p = op.cache.index.entries()
+    em_k, em_p = op.cache.empties.entries()
+    st_k, st_p = op.stats.entries()
+    state_name = f"state-{checkpoint_id}.npz"
+    store.write_arrays(
+        state_name,
+        {
+            "matched": np.packbits((flags & MATCHED) != 0),
+            "removed": np.packbits((flags & REMOVED) != 0),
+            "ix_keys": ix_k,
+            "ix_pay": ix_p,
+            "em_keys": em_k,
+            "em_pay": em_p,
+            "st_keys": st_k,
+            "st_pay": st_p,
+        },
+    )
+    files.append(state_name)
+    manifest: dict[str, Any] = {
+        "version": VERSION,
+        "spec": _spec_of(op),
+        "step": op._step,
+        "rc": op._rc,
+        "p": op._p,
+        "k": op._k,
+        "cycle_start": {str(k): v for k, v in op._cycle_start.items()},
+        "lo": hs.lo,
+        "hi": hs.hi,
+        "ring_cap": hs.cap,
+        "index_cap": int(hs.hix.shape[0]),
+        "queue": recs.tolist(),
+        "queue_cap": int(hs.queue.nbytes // (8 * hs.queue.FIELDS)),
+        "hs_live": hs.live,
+        "hs_row_bytes": hs.row_bytes,
+        "hr": hr_name,
+        "hr_version": op.cache.version,
+        "ix_cap": op.cache.index.cap,
+        "em_cap": op.cache.empties.cap,
+        "st_cap": op.stats.table.cap,
+        "st_max": op.stats.max_values,
+        "sb": sb,
+        "sb_seq": op._sb_seq,
+        "buffer": buf_name,
+        "state": state_name,
+        "chunk_bytes": op._chunk_bytes,
+        "disk_buffer_bytes": op._disk_buffer_bytes,
+        "disk_buffer_peak": op._disk_buffer_peak,
+        "sb_bytes": op._sb_bytes,
+        "sb_peak": op._sb_peak,
+        "transient_peak": op._transient_peak,
+        "buffer_bytes": op._buffer_bytes,
+        "vs_avg": op._vs_avg,
+        "vr_avg": op._vr_avg,
+        "plan": asdict(op._plan),
+        "counters": asdict(op._c),
+        "files": files,
+        "meta": meta or {},
+    }
+    store.write_manifest(checkpoint_id, manifest)
+
+
+def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -> None:
+    """Put ``op`` (freshly constructed) into the state of a checkpoint."""
+    _, m = store.read_manifest(checkpoint_id)
+    if m.get("version") != VERSION:
+        raise CheckpointError(
+            f"checkpoint format {m.get('version')} is not this operator's ({VERSION}); start from a new checkpoint"
+        )
+    if m["spec"] != _spec_of(op):
+        raise CheckpointError(f"checkpoint was taken for {m['spec']}, not {_spec_of(op)}")
+    op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
+    op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}
+    op._chunk_bytes = m["chunk_bytes"]
+    op._disk_buffer_bytes, op._disk_buffer_peak = m["disk_buffer_bytes"], m["disk_buffer_peak"]
+    op._sb_bytes, op._sb_peak, op._sb_seq = m["sb_bytes"], m["sb_peak"], m["sb_seq"]
+    op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
+    op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
+    op._plan = B.Plan(**m["plan"])
+    op._c = Counters(**m["counters"])
+    arrays = store.read_arrays(m["state"])
+    _load_hs(op, store, m, arrays)
+    hr = store.read_table(m["hr"])
+    op.cache.load(
+        hr.drop_columns([_SRC]),
+        hr.column(_SRC).to_numpy(),
+        arrays["ix_keys"],
+        arrays["ix_pay"],
+        m["ix_cap"],
+        arrays["em_keys"],
+        arrays["em_pay"],
+        m["em_cap"],
+        op._k,
+    )
+    op.cache.version = m["hr_version"]
+    if len(_row_keys(op.cache.index.keys, op.cache.index.used, op.cache.index.payload, op.cache.rows)) != op.cache.rows:
+        raise CheckpointError("H_R rows and index of the checkpoint disagree")
+    op.stats.load(arrays["st_keys"], arrays["st_pay"], m["st_cap"], m["st_max"])
+    for name in m["sb"]:
+        t = store.read_table(name)
+        sid = int(name.split("-")[1].split(".")[0])
+        op._sb.append(
+            (
+                t.drop_columns([_KEY, _SRC]),
+                t.column(_KEY).to_numpy().astype(np.int64),
+                t.column(_SRC).to_numpy().astype(np.int32),
+                sid,
+            )
+        )
+    buf = store.read_table(m["buffer"])
+    if buf.num_rows:
+        buf = buf.combine_chunks()
+        keys = encode_keys(buf.column(op.spec.stream_key), op._family)
+        op._buffer.append(_Buffered(buf, keys, row_nbytes(buf)))
+
+
+def _load_hs(op: SemiStreamJoin, store: DirectoryStore, m: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    hs = op.hs
+    lo, hi, cap = m["lo"], m["hi"], m["ring_cap"]
+    hs.rows.lo = hs.rows.hi = lo
+    hs.set_capacity(cap)
+    hs.rows.lo = hs.rows.hi = lo
+    for base, n, p0, nbytes in m["queue"]:
+        t = store.read_table(f"chunk-{base}.arrow")
+        if t.num_rows != n or hs.hi != base:
+            raise CheckpointError(f"chunk-{base}.arrow does not continue the ring at slot {hs.hi}")
+        pos = np.arange(base, base + n, dtype=np.int64) % cap
+        hs.ring_key[pos] = t.column(_KEY).to_numpy()
+        hs.link[pos] = t.column(_DELTA).to_numpy().astype(np.uint32)
+        hs.rows.append(t.drop_columns([_KEY, _DELTA]))
+        hs.queue.push(base, n, p0, nbytes)
+    if hs.hi != hi:
+        raise CheckpointError(f"the checkpoint's chunks end at slot {hs.hi}, not {hi}")
+    hs.queue.resize(m["queue_cap"])
+    n = hi - lo
+    pos = np.arange(lo, hi, dtype=np.int64) % cap
+    matched = np.unpackbits(arrays["matched"], count=n).astype(bool)
+    removed = np.unpackbits(arrays["removed"], count=n).astype(bool)
+    hs.link[pos[matched]] |= MATCHED
+    hs.link[pos[removed]] |= REMOVED
+    # the index points at each value's newest live tuple
+    slots = np.arange(lo, hi, dtype=np.int64)[~removed]
+    keys = hs.ring_key[slots % cap]
+    _, last = np.unique(keys[::-1], return_index=True)
+    heads = slots[::-1][last]
+    hs.hix = np.full(max(m["index_cap"], 8), EMPTY, dtype=np.uint32)
+    hs.htag = np.zeros(len(hs.hix), dtype=np.uint8)
+    ix_rebuild(hs.hix, hs.htag, heads.astype(np.int64), hs.ring_key, cap, hi)
+    hs.values = len(heads)
+    hs.live, hs.row_bytes = m["hs_live"], m["hs_row_bytes"]

@@ -1,0 +1,326 @@
+"""Stream rows of H_S in a columnar ring: raw Arrow bytes per tuple, nothing more.
+
+Tuples are addressed by *slot*, a global counter; slot ``s`` lives at position
+``s % cap``. Chunks enter at the young end and leave at the old end (the MESHJOIN queue
+is FIFO), so the live slots are always one range ``[lo, hi)``.
+
+* fixed-width columns (integers, floats, temporal, decimals, fixed-size binary) keep
+  their value bytes in a ``(cap, width)`` array; booleans one byte each;
+* string and binary columns keep their bytes in a byte ring plus one 8-byte start offset
+  per slot (Arrow's own layout needs a 4-byte offset);
+* a validity byte per slot is allocated only for a column that has had a NULL;
+* anything else (dictionaries, nested types) is kept as Arrow segments
+  (:class:`ssbj.core.hsrows.HSRows`).
+
+Capacities change only through :meth:`RowRing.set_capacity`, so the bytes reported are
+the bytes held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from ssbj.core.hsrows import HSRows
+
+# mypy: disable-error-code="return-value,arg-type,no-any-return"
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        return "other"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return "var32"
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return "var64"
+    try:
+        width = t.bit_width
+    except ValueError:  # not a fixed-width type
+        return "other"
+    if width > 0 and width % 8 == 0 and not pa.types.is_nested(t):
+        return "fixed"
+    return "other"
+
+
+@njit(cache=True)
+def _put_var(
+    starts: np.ndarray, data: np.ndarray, src_off: np.ndarray, src: np.ndarray, pos0: int, head: int
+) -> int:  # pragma: no cover - compiled
+    """Append rows (offsets ``src_off`` into ``src``) at slot positions from ``pos0``; returns new head."""
+    cap = starts.shape[0]
+    dcap = data.shape[0]
+    n = src_off.shape[0] - 1
+    for i in range(n):
+        p = pos0 + i
+        if p >= cap:
+            p -= cap
+        starts[p] = head
+        for j in range(src_off[i], src_off[i + 1]):
+            data[head % dcap] = src[j]
+            head += 1
+    return head
+
+
+@njit(cache=True)
+def _var_lengths(starts: np.ndarray, slots: np.ndarray, hi: int, head: int) -> np.ndarray:  # pragma: no cover
+    cap = starts.shape[0]
+    out = np.empty(slots.shape[0] + 1, dtype=np.int64)
+    out[0] = 0
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        st = starts[s % cap]
+        en = head if s + 1 >= hi else starts[(s + 1) % cap]
+        out[i + 1] = out[i] + en - st
+    return out
+
+
+@njit(cache=True)
+def _gather_var(
+    starts: np.ndarray, data: np.ndarray, slots: np.ndarray, hi: int, head: int, offsets: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover
+    cap = starts.shape[0]
+    dcap = data.shape[0]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        st = starts[s % cap]
+        o = offsets[i]
+        n = offsets[i + 1] - o
+        for j in range(n):
+            out[o + j] = data[(st + j) % dcap]
+
+
+@njit(cache=True)
+def _relayout_var(
+    starts: np.ndarray,
+    data: np.ndarray,
+    lo: int,
+    hi: int,
+    head: int,
+    nstarts: np.ndarray,
+    ndata: np.ndarray,
+) -> None:  # pragma: no cover
+    """Copy live slots [lo, hi) into arrays of other capacities (global offsets are kept)."""
+    cap, ncap = starts.shape[0], nstarts.shape[0]
+    dcap, ndcap = data.shape[0], ndata.shape[0]
+    if hi > lo:
+        first = starts[lo % cap]
+        for b in range(first, head):
+            ndata[b % ndcap] = data[b % dcap]
+    for s in range(lo, hi):
+        nstarts[s % ncap] = starts[s % cap]
+
+
+def _to_u8(buf: pa.Buffer | None) -> np.ndarray:
+    return np.zeros(0, np.uint8) if buf is None else np.frombuffer(buf, dtype=np.uint8)
+
+
+def _unpack_bits(buf: pa.Buffer | None, offset: int, n: int, default: int) -> np.ndarray:
+    if buf is None:
+        return np.full(n, default, dtype=np.uint8)
+    bits = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
+    return bits[offset : offset + n].astype(np.uint8, copy=False)
+
+
+@dataclass
+class _Col:
+    name: str
+    type: pa.DataType
+    kind: str
+    width: int = 0
+    data: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    valid: np.ndarray | None = None
+    head: int = 0  # var: global byte counter (bytes ever written)
+
+    def nbytes(self) -> int:
+        n = int(self.data.nbytes + self.starts.nbytes)
+        return n + (int(self.valid.nbytes) if self.valid is not None else 0)
+
+
+class RowRing:
+    """Columnar ring of stream rows; see the module doc."""
+
+    def __init__(self, schema: pa.Schema, names: list[str], cap: int = 64) -> None:
+        self.schema = schema
+        self.names = names
+        self._cols: list[_Col] = []
+        other = []
+        for n in names:
+            t = schema.field(n).type
+            k = _kind(t)
+            if k == "other":
+                other.append(n)
+                continue
+            c = _Col(n, t, k)
+            if k == "fixed":
+                c.width = t.bit_width // 8
+            self._cols.append(c)
+        self._other_names = other
+        self._other = HSRows(pa.schema([schema.field(n) for n in other])) if other else None
+        self.cap = 0
+        self.lo = 0
+        self.hi = 0
+        self._alloc(cap, 64)
+
+    # ------------------------------------------------------------ capacity
+    def _alloc(self, cap: int, dcap_min: int) -> None:
+        for c in self._cols:
+            if c.kind == "fixed":
+                c.data = np.zeros((cap, c.width), dtype=np.uint8)
+            elif c.kind == "bool":
+                c.data = np.zeros(cap, dtype=np.uint8)
+            else:
+                c.starts = np.zeros(cap, dtype=np.int64)
+                c.data = np.zeros(max(dcap_min, 64), dtype=np.uint8)
+        self.cap = cap
+
+    @property
+    def var_bytes(self) -> int:
+        """Bytes of string/binary values held for the live slots."""
+        return sum(self._live_var(c) for c in self._cols if c.kind.startswith("var"))
+
+    def _live_var(self, c: _Col) -> int:
+        if self.hi == self.lo:
+            return 0
+        return c.head - int(c.starts[self.lo % self.cap])
+
+    def set_capacity(self, cap: int, var_extra: int = 0) -> None:
+        """Re-lay the live slots out at ``cap`` slots and byte rings with ``var_extra`` free bytes."""
+        cap = max(cap, self.hi - self.lo, 1)
+        lo, hi = self.lo, self.hi
+        live = np.arange(lo, hi, dtype=np.int64)
+        old_pos = live % self.cap if self.cap else live
+        new_pos = live % cap
+        for c in self._cols:
+            if c.kind in ("fixed", "bool"):
+                shape = (cap, c.width) if c.kind == "fixed" else (cap,)
+                nd = np.zeros(shape, dtype=np.uint8)
+                nd[new_pos] = c.data[old_pos]
+                c.data = nd
+            else:
+                dcap = max(64, self._live_var(c) + var_extra)
+                ns = np.zeros(cap, dtype=np.int64)
+                ndata = np.zeros(dcap, dtype=np.uint8)
+                _relayout_var(c.starts, c.data, lo, hi, c.head, ns, ndata)
+                c.starts, c.data = ns, ndata
+            if c.valid is not None:
+                nv = np.ones(cap, dtype=np.uint8)
+                nv[new_pos] = c.valid[old_pos]
+                c.valid = nv
+        self.cap = cap
+
+    def nbytes(self) -> int:
+        """Bytes held (rings at capacity, plus the Arrow segments of other columns)."""
+        n = sum(c.nbytes() for c in self._cols)
+        if self._other is not None:
+            n += self._other.nbytes
+        return n
+
+    def slot_bytes(self) -> float:
+        """Return the fixed bytes per slot of capacity (value widths, start offsets, validity)."""
+        n = 0.0
+        for c in self._cols:
+            if c.kind == "fixed":
+                n += c.width
+            elif c.kind == "bool":
+                n += 1
+            else:
+                n += 8
+            if c.valid is not None:
+                n += 1
+        return n
+
+    # ------------------------------------------------------------ rows
+    def append(self, table: pa.Table) -> None:
+        """Add ``table``'s rows as slots ``[hi, hi + n)``; capacity must suffice."""
+        n = table.num_rows
+        if n == 0:
+            return
+        if self.hi + n - self.lo > self.cap:
+            raise RuntimeError("RowRing capacity exceeded")  # the operator sizes the ring first
+        pos0 = self.hi % self.cap
+        first = min(n, self.cap - pos0)
+        for c in self._cols:
+            arr = table.column(c.name)
+            arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+            bufs = arr.buffers()
+            if c.kind == "fixed":
+                raw = _to_u8(bufs[1])[arr.offset * c.width : (arr.offset + n) * c.width].reshape(n, c.width)
+                c.data[pos0 : pos0 + first] = raw[:first]
+                c.data[: n - first] = raw[first:]
+            elif c.kind == "bool":
+                vals = _unpack_bits(bufs[1], arr.offset, n, 0)
+                c.data[pos0 : pos0 + first] = vals[:first]
+                c.data[: n - first] = vals[first:]
+            else:
+                odt = np.int32 if c.kind == "var32" else np.int64
+                off = np.frombuffer(bufs[1], dtype=odt)[arr.offset : arr.offset + n + 1].astype(np.int64)
+                need = self._live_var(c) + int(off[-1] - off[0])
+                if need > c.data.shape[0]:
+                    self._grow_var(c, need)
+                c.head = int(_put_var(c.starts, c.data, off, _to_u8(bufs[2]), pos0, c.head))
+            if arr.null_count:
+                if c.valid is None:
+                    c.valid = np.ones(self.cap, dtype=np.uint8)
+                v = _unpack_bits(bufs[0], arr.offset, n, 1)
+                c.valid[pos0 : pos0 + first] = v[:first]
+                c.valid[: n - first] = v[first:]
+            elif c.valid is not None:
+                c.valid[pos0 : pos0 + first] = 1
+                c.valid[: n - first] = 1
+        if self._other is not None:
+            self._other.append(self.hi, table.select(self._other_names))
+        self.hi += n
+
+    def _grow_var(self, c: _Col, need: int) -> None:
+        dcap = max(need, c.data.shape[0] * 3 // 2)
+        ns = np.zeros(self.cap, dtype=np.int64)
+        ndata = np.zeros(dcap, dtype=np.uint8)
+        _relayout_var(c.starts, c.data, self.lo, self.hi, c.head, ns, ndata)
+        c.starts, c.data = ns, ndata
+
+    def drop_before(self, slot: int) -> None:
+        """Forget slots < ``slot`` (expiry of the oldest chunks)."""
+        self.lo = max(self.lo, min(slot, self.hi))
+        if self._other is not None:
+            self._other.drop_before(self.lo)
+
+    def take(self, slots: np.ndarray) -> dict[str, pa.Array]:
+        """Arrays of the stored columns for live ``slots``, in the order given."""
+        n = len(slots)
+        slots = np.asarray(slots, dtype=np.int64)
+        pos = slots % self.cap
+        out: dict[str, pa.Array] = {}
+        for c in self._cols:
+            validity = None
+            nulls = 0
+            if c.valid is not None:
+                v = c.valid[pos]
+                nulls = int(n - np.count_nonzero(v))
+                if nulls:
+                    validity = pa.py_buffer(np.packbits(v, bitorder="little"))
+            if c.kind == "fixed":
+                buf = pa.py_buffer(np.ascontiguousarray(c.data[pos]))
+                out[c.name] = pa.Array.from_buffers(c.type, n, [validity, buf], null_count=nulls)
+            elif c.kind == "bool":
+                buf = pa.py_buffer(np.packbits(c.data[pos], bitorder="little"))
+                out[c.name] = pa.Array.from_buffers(c.type, n, [validity, buf], null_count=nulls)
+            else:
+                offs = _var_lengths(c.starts, slots, self.hi, c.head)
+                data = np.empty(int(offs[-1]), dtype=np.uint8)
+                _gather_var(c.starts, c.data, slots, self.hi, c.head, offs, data)
+                odt = np.int32 if c.kind == "var32" else np.int64
+                out[c.name] = pa.Array.from_buffers(
+                    c.type, n, [validity, pa.py_buffer(offs.astype(odt)), pa.py_buffer(data)], null_count=nulls
+                )
+        if self._other is not None:
+            t = self._other.take(slots)
+            for name in self._other_names:
+                col = t.column(name)
+                out[name] = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        return out

@@ -1,0 +1,97 @@
+"""What to join and how (``JoinSpec``), what one step returns, and the run counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pyarrow as pa
+
+from ssbj.core.metrics import StepMetrics
+from ssbj.errors import ConfigError
+
+Algorithm = Literal["ssbj", "meshjoin"]
+
+
+def master_output_names(stream_names: list[str], master_columns: list[str]) -> list[str]:
+    """Names of the master columns in the output: ``_master`` is appended while a name is taken."""
+    taken = set(stream_names)
+    out = []
+    for c in master_columns:
+        name = c
+        while name in taken:
+            name = f"{name}_master"
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """What to join and how.
+
+    ``chunk_bytes`` bounds the bytes of stream tuples that enter H_S per step (w_S in
+    bytes); ``memory_budget`` (bytes), when set, re-derives it at every R-cycle from the
+    memory left after H_R, the disk buffer, s_B and the statistics, as the paper's
+    "Adapt MESHJOIN setting w", and every structure is sized to fit.
+
+    ``count_overheads``: the cache inequality compares the bytes each choice really
+    takes (H_S's key, link and index share per tuple; H_R's partition tag per row and
+    index entry per value; an empty entry's slot). ``False`` compares the row bytes
+    alone, the paper's ``m * v_R < n * v_S``.
+    """
+
+    stream_key: str
+    master_key: str
+    master_columns: tuple[str, ...] | None = None
+    algorithm: Algorithm = "ssbj"
+    switch_factor: float = 1.0
+    eviction_interval: int = 10
+    chunk_bytes: int = 1 << 20
+    max_step_tuples: int = 1 << 20
+    memory_budget: int | None = None
+    min_chunk_bytes: int = 1
+    count_overheads: bool = True
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ("ssbj", "meshjoin"):
+            raise ConfigError(f"algorithm must be 'ssbj' or 'meshjoin', got {self.algorithm!r}")
+        if self.switch_factor <= 0:
+            raise ConfigError(f"switch_factor (s_f) must be > 0, got {self.switch_factor}")
+        if self.eviction_interval < 1:
+            raise ConfigError(f"eviction_interval must be >= 1, got {self.eviction_interval}")
+        if self.chunk_bytes < 1 or self.max_step_tuples < 1:
+            raise ConfigError("chunk_bytes and max_step_tuples must be >= 1")
+        if self.memory_budget is not None and self.memory_budget < 1:
+            raise ConfigError(f"memory_budget must be >= 1 byte, got {self.memory_budget}")
+
+
+@dataclass
+class StepResult:
+    """Output of one step: enriched rows and stream rows that finished without a match."""
+
+    enriched: pa.Table
+    unmatched: pa.Table
+    metrics: StepMetrics
+
+
+@dataclass
+class Counters:
+    """Run-level counters, checkpointed with the state."""
+
+    tuples_in: int = 0
+    served_cache: int = 0  # tuples completed by the cache phase (matched or empty entry)
+    served_disk: int = 0  # tuples completed by the disk phase (expired or removed from H_S)
+    null_keys: int = 0
+    matched: int = 0  # source tuples with at least one output row
+    unmatched: int = 0
+    output_rows: int = 0
+    steps: int = 0
+    switched_in: int = 0
+    evicted: int = 0
+    busy_seconds: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def bump(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to an extra counter."""
+        self.extra[name] = self.extra.get(name, 0) + n
