@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ssbj.contracts import OperatorTotals
 from ssbj.core import (
     ArrowMaster,
     CostConstants,
@@ -45,6 +46,7 @@ from ssbj.core import (
 from ssbj.core.keys import check_compatible, key_family
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.pipeline.commands import add_commands
 from ssbj.units import parse_size
 
 PROG = "ssbj"
@@ -349,7 +351,7 @@ def _cmd_join(args: argparse.Namespace) -> int:
             "output": str(out_path),
             "rows_written": rows_written,
             "wall_seconds": wall,
-            "totals": totals,
+            "totals": totals.to_dict(),
             "memory_plan": _plan_dict(plan, budget, v_s, v_r),
             "memory": {"budget_bytes": budget, "end": op.memory().to_dict(), "peak": stats.peak},
             "c_loop": stats.c_loop_summary(),
@@ -357,11 +359,11 @@ def _cmd_join(args: argparse.Namespace) -> int:
         print(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:
         print(
-            f"{PROG} join ({args.algorithm}): {totals['tuples_in']:,} stream rows -> "
+            f"{PROG} join ({args.algorithm}): {totals.tuples_in:,} stream rows -> "
             f"{rows_written:,} enriched rows in {out_path} "
-            f"({totals['matched_source_rows']:,} matched, {totals['unmatched_source_rows']:,} "
-            f"unmatched); {wall:.2f} s, service rate {totals['service_rate']:,.0f} tuples/s, "
-            f"cache share {totals['cache_share']:.1%}, memory {_fmt_bytes(budget)} "
+            f"({totals.matched_source_rows:,} matched, {totals.unmatched_source_rows:,} "
+            f"unmatched); {wall:.2f} s, service rate {totals.service_rate:,.0f} tuples/s, "
+            f"cache share {totals.cache_share:.1%}, memory {_fmt_bytes(budget)} "
             f"(b={plan.partition_rows:,}, k={plan.partitions})"
         )
     return 0
@@ -422,7 +424,7 @@ class _DemoRun:
     enriched: int
     unmatched: int
     seconds: float
-    totals: dict[str, float | int]
+    totals: OperatorTotals
     stats: _RunStats
 
 
@@ -498,15 +500,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         t = r.totals
         print(
             f"{r.algorithm:<9} enriched {r.enriched:>12,}  unmatched {r.unmatched:>10,}  "
-            f"cache share {t['cache_share']:>6.1%}  service rate {t['service_rate']:>12,.0f} "
-            f"tuples/s  ({r.seconds:.1f} s, {t['steps']:,} steps, {t['r_cycles']:,} R-cycles, "
+            f"cache share {t.cache_share:>6.1%}  service rate {t.service_rate:>12,.0f} "
+            f"tuples/s  ({r.seconds:.1f} s, {t.steps:,} steps, {t.r_cycles:,} R-cycles, "
             f"peak memory {_fmt_bytes(r.stats.peak.get('total', 0))})"
         )
     rc = 0
     if len(runs) == 2:
         ssbj_run, mesh_run = runs
-        mu_mesh = float(mesh_run.totals["service_rate"])
-        ratio = float(ssbj_run.totals["service_rate"]) / mu_mesh if mu_mesh > 0 else math.inf
+        mu_mesh = float(mesh_run.totals.service_rate)
+        ratio = float(ssbj_run.totals.service_rate) / mu_mesh if mu_mesh > 0 else math.inf
         print(f"service rate SSBJ / MESHJOIN: {ratio:.2f}x")
         if ssbj_run.enriched == mesh_run.enriched:
             print(f"check: both algorithms produced {ssbj_run.enriched:,} enriched rows")
@@ -608,8 +610,6 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.set_defaults(handler=_cmd_bench, accepts_extra=True)
-
-    from ssbj.pipeline.commands import add_commands
 
     add_commands(sub)
     return parser
