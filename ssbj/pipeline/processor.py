@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ssbj.api import collect
 from ssbj.contracts import DEAD_LETTER_SCHEMA, CheckpointedMasterScan, RunCounts, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
@@ -247,18 +248,7 @@ class EnrichmentProcessor:
 
     def _output(self, results: list[StepResult]) -> pa.Table:
         assert self.op is not None  # noqa: S101
-        schema = self.op.output_schema
-        parts = [r.enriched for r in results if r.enriched.num_rows]
-        if self.settings.join_type == "left":
-            for r in results:
-                um = r.unmatched
-                if um.num_rows:
-                    cols = list(um.columns)
-                    for f in schema:
-                        if f.name not in um.column_names:
-                            cols.append(pa.nulls(um.num_rows, f.type))
-                    parts.append(pa.Table.from_arrays(cols[: len(schema)], schema=schema))
-        return pa.concat_tables(parts) if parts else schema.empty_table()
+        return collect(results, self.op.output_schema, self.settings.join_type)
 
     # ------------------------------------------------------------------ reporting
     def _report(
