@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from svc_mariadb import MariaDBServer
 
 from ssbj.cli import main
+from ssbj.testing.mariadb import MariaDBServer
 from ssbj.warehouse import DIALECTS, demo_metadata, render, statements
 
-SQL = Path(__file__).parent.parent / "sql"
+SQL = Path(__file__).resolve().parents[2] / "sql"
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
