@@ -18,6 +18,7 @@ from ssbj.contracts import CheckpointedMasterScan, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.keys import check_compatible
 from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 
 log = logging.getLogger("ssbj.master")
@@ -73,7 +74,7 @@ class MasterSource:
         return int(n), schema
 
 
-def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcessor:
+def build_processor(cfg: JobConfig, store: DirectoryStore, observer: StepObserver | None = None) -> EnrichmentProcessor:
     """Return the processor with its master scan and sinks (connections are opened here)."""
     master = MasterSource(cfg)
     schema = master.schema()
@@ -90,6 +91,7 @@ def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcesso
         build_sink(cfg.sink),
         build_sink(cfg.dead_letter),
         store,
+        observer=observer,
     )
 
 
