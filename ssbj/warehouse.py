@@ -16,7 +16,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from ssbj.adapters.sink_sql import sql_type_for_arrow
-from ssbj.contracts import BATCH_ID_COLUMN, DEAD_LETTER_SCHEMA, SEGMENT_COLUMN
+from ssbj.contracts import BATCH_ID_COLUMN, DEAD_LETTER_SCHEMA, SEGMENT_COLUMN, TableName
 from ssbj.core.operator import master_output_names
 from ssbj.errors import ConfigError
 
@@ -50,8 +50,8 @@ def _batch_columns() -> list[sa.Column[Any]]:
 
 
 def _short(name: str) -> tuple[str | None, str]:
-    schema, _, table = name.rpartition(".")
-    return (schema or None), table
+    t = TableName.parse(name)
+    return t.schema, t.name
 
 
 def enriched_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
