@@ -61,6 +61,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ssbj.errors import TransientError
+from ssbj.retry import RetryPolicy, with_retries
+
 __all__ = [
     "ARROW_SCHEMA",
     "KAFKA_SCHEMA",
@@ -112,7 +115,7 @@ def _kafka() -> Any:
     return confluent_kafka
 
 
-class KafkaSourceError(RuntimeError):
+class KafkaSourceError(TransientError):
     """The broker stayed unreachable, or a planned offset range could not be read."""
 
 
@@ -244,9 +247,10 @@ class KafkaSourceOptions:
         )
         return conf
 
-    def backoff_s(self, attempt: int) -> float:
-        """Exponential backoff before retry number ``attempt`` (1-based), in seconds."""
-        return min(self.retry_backoff_max_ms, self.retry_backoff_ms << min(attempt - 1, 30)) / 1000
+    def retry_policy(self) -> RetryPolicy:
+        """Return the backoff of broker calls: ``retries`` retries, ``retryBackoffMs`` doubling up to its max."""
+        initial = min(self.retry_backoff_ms, self.retry_backoff_max_ms) / 1000
+        return RetryPolicy(self.retries + 1, initial, self.retry_backoff_max_ms / 1000)
 
     def give_up(self, what: str, attempts: int, last: object) -> KafkaSourceError:
         """Build the error raised once retries are exhausted."""
@@ -305,29 +309,19 @@ def _with_retries(opts: KafkaSourceOptions, what: str, fn: Callable[[], T], on_f
 
     After ``retries`` retries, raise :class:`KafkaSourceError` naming the broker and topic.
     """
-    attempts = opts.retries + 1
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except (_Transient, _kafka().KafkaException) as exc:
-            if _is_config_error(exc):
-                raise
-            on_failure()
-            if attempt == attempts:
-                raise opts.give_up(what, attempts, exc) from exc
-            delay = opts.backoff_s(attempt)
-            log.warning(
-                "ssbj_kafka: %s failed for topic %r on broker %s (attempt %d of %d): %s; retrying in %.2fs",
-                what,
-                opts.topic,
-                opts.bootstrap_servers,
-                attempt,
-                attempts,
-                exc,
-                delay,
-            )
-            time.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def transient(exc: Exception) -> bool:
+        return isinstance(exc, _Transient | _kafka().KafkaException) and not _is_config_error(exc)
+
+    return with_retries(
+        fn,
+        opts.retry_policy(),
+        transient,
+        f"ssbj_kafka: {what} for topic {opts.topic!r} on broker {opts.bootstrap_servers}",
+        log,
+        on_failure=on_failure,
+        give_up=lambda attempts, exc: opts.give_up(what, attempts, exc),
+    )
 
 
 # --- executor side ------------------------------------------------------------------------------
@@ -449,7 +443,7 @@ def read_range(opts: KafkaSourceOptions, rng: KafkaRange) -> Iterator[Any]:
                 last = errors[-1] if errors else f"no records for {opts.poll_timeout_ms} ms"
                 if attempt > opts.retries:
                     raise opts.give_up(f"reading {rng}", attempt, last)
-                delay = opts.backoff_s(attempt)
+                delay = opts.retry_policy().delay(attempt)
                 log.warning(
                     "ssbj_kafka: reading %s from %s stalled at offset %d (attempt %d of %d): %s; retrying in %.2fs",
                     rng,

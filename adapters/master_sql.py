@@ -35,16 +35,15 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ssbj.adapters.sql_common import (
-    RetryPolicy,
     SqlRunner,
     arrow_type_for_sql,
     make_engine,
     read_type_for,
     safe_url,
     split_table_name,
-    with_retries,
 )
 from ssbj.errors import ConfigError, InputError, TransientError
+from ssbj.retry import RetryPolicy, with_retries
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,11 @@ import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from ssbj.adapters.sql_common import RetryPolicy, SqlRunner, make_engine, safe_url, split_table_name
+from ssbj.adapters.sql_common import SqlRunner, make_engine, safe_url, split_table_name
 from ssbj.adapters.sql_tables import batch_table
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, TableName
 from ssbj.errors import ConfigError, InputError, TerminalError
+from ssbj.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 

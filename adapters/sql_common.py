@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -14,7 +12,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ssbj.contracts import TableName
-from ssbj.errors import ConfigError, TerminalError, TransientError
+from ssbj.errors import ConfigError, TerminalError
+from ssbj.retry import RetryPolicy, with_retries
 
 T = TypeVar("T")
 
@@ -27,32 +26,6 @@ _MYSQL_TRANSIENT = frozenset({1040, 1053, 1158, 1159, 1160, 1161, 1205, 1213, 19
 _PG_TRANSIENT = frozenset({"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"})
 # libpq connection failures carry no SQLSTATE; these messages will not go away on retry
 _PG_CONNECT_TERMINAL = ("does not exist", "authentication failed", "pg_hba.conf", "permission denied")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff: ``attempts`` tries; waits start at ``initial_backoff`` s, doubling up to ``max_backoff``."""
-
-    attempts: int = 5
-    initial_backoff: float = 0.5
-    max_backoff: float = 10.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ConfigError(f"retry attempts must be >= 1, got {self.attempts}")
-        if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff:
-            raise ConfigError(
-                f"retry backoff must satisfy 0 <= initial ({self.initial_backoff}) <= max ({self.max_backoff})"
-            )
-
-    def delays(self) -> list[float]:
-        """Return the waits between consecutive attempts (``attempts - 1`` of them)."""
-        out: list[float] = []
-        d = self.initial_backoff
-        for _ in range(self.attempts - 1):
-            out.append(d)
-            d = min(d * 2, self.max_backoff)
-        return out
 
 
 CONNECT_TIMEOUT_S = 10
@@ -137,45 +110,6 @@ def describe_error(exc: BaseException, engine: Engine) -> str:
     if password:
         msg = msg.replace(str(password), "***")
     return f"{type(orig).__name__}: {msg}"
-
-
-def with_retries(
-    call: Callable[[], T],
-    retry: RetryPolicy,
-    transient: Callable[[Exception], bool],
-    label: str,
-    logger: logging.Logger,
-    *,
-    detail: Callable[[Exception], str],
-    last_error: Callable[[Exception], str],
-) -> T:
-    """Return ``call()``, retried with backoff while it fails with a ``transient`` error.
-
-    Other errors propagate as they are; after the last attempt a :class:`TransientError`
-    naming ``label`` is raised. Each retry is logged with ``detail(error)``.
-    """
-    delays = retry.delays()
-    t0 = time.monotonic()
-    for attempt in range(1, retry.attempts + 1):
-        try:
-            return call()
-        except Exception as e:
-            if not transient(e):
-                raise
-            if attempt == retry.attempts:
-                raise TransientError(
-                    f"{label} failed {attempt} times in {time.monotonic() - t0:.1f} s; last error {last_error(e)}"
-                ) from e
-            logger.warning(
-                "%s: attempt %d/%d failed with %s; retrying in %.2f s",
-                label,
-                attempt,
-                retry.attempts,
-                detail(e),
-                delays[attempt - 1],
-            )
-            time.sleep(delays[attempt - 1])
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class SqlRunner:

@@ -23,6 +23,7 @@ from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.records import Decoded, decode_files, decode_kafka
+from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.job")
 
@@ -120,6 +121,8 @@ class EnrichmentJob:
         self.on_progress = on_progress
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
+        # query restarts after an outage outlasted the adapters' own retries
+        self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
         self.stop_event = threading.Event()
         self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint), observer)
         self._decode = decoder(cfg)
@@ -193,7 +196,7 @@ class EnrichmentJob:
                         raise cause from None
                     raise
                 restarts += 1
-                delay = min(60.0, self.restart_backoff * 2 ** (restarts - 1))
+                delay = self.restart_policy.delay(restarts)
                 log.warning(
                     json.dumps({"event": "restart", "attempt": restarts, "in_seconds": delay, "error": str(cause)})
                 )

@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from ssbj.adapters.master_sql import SqlMasterScan
-from ssbj.adapters.sql_common import RetryPolicy
 from ssbj.errors import ConfigError
+from ssbj.retry import RetryPolicy
 from ssbj.testing.mariadb import MariaDBServer
 
 pytest.importorskip("connectorx")

@@ -25,10 +25,11 @@ from reference import as_multiset, batch_join
 from ssbj.adapters.master_sql import SqlMasterScan, decode_value, encode_value
 from ssbj.adapters.sink_parquet import SCHEMA_FILE, ParquetDirSink, file_name
 from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.adapters.sql_common import RetryPolicy, is_transient
+from ssbj.adapters.sql_common import is_transient
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, CheckpointedMasterScan, WarehouseSink
 from ssbj.core import JoinSpec, SemiStreamJoin
 from ssbj.errors import ConfigError, InputError, TerminalError, TransientError
+from ssbj.retry import RetryPolicy
 from ssbj.testing.mariadb import PASSWORD, MariaDBServer
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_backoff=0.01, max_backoff=0.02)
@@ -379,7 +380,7 @@ def test_read_survives_a_short_outage(mariadb: MariaDBServer, caplog: pytest.Log
             th.join()
         assert after.equals(before)
         retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
-        assert retries and "attempt 1/12" in retries[0] and "OperationalError" in retries[0]
+        assert retries and "attempt 1 of 12" in retries[0] and "OperationalError" in retries[0]
         assert "127.0.0.1" in retries[0] and "***" in retries[0]
         assert PASSWORD not in caplog.text
         scan.close()
