@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.adapters.sql_common import RetryPolicy, SqlRunner, make_engine, split_table_name
+from ssbj.adapters.sql_common import SqlRunner, make_engine, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
@@ -21,6 +21,7 @@ from ssbj.core.keys import check_compatible
 from ssbj.errors import ConfigError, InputError, SSBJError
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
+from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.master")
 
