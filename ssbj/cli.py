@@ -1,4 +1,15 @@
-"""Command line: ``ssbj join`` (files in, Parquet out), ``ssbj demo`` and ``ssbj bench``.
+"""The ``ssbj`` command line.
+
+Every command, with the module that implements it:
+
+* ``ssbj join``: enrich a stream file with a master file, write Parquet (here);
+* ``ssbj demo``: SSBJ vs MESHJOIN on generated skewed data (here);
+* ``ssbj bench``: the paper's experiments (:mod:`ssbj.bench.cli`);
+* ``ssbj run``, ``ssbj validate``: run or check a streaming job file (:mod:`ssbj.pipeline.commands`);
+* ``ssbj quickstart``: write a demo job (:mod:`ssbj.pipeline.quickstart`);
+* ``ssbj sql``: print the warehouse DDL (:mod:`ssbj.warehouse`);
+* ``ssbj check``, ``ssbj gate``, ``ssbj publish``, ``ssbj quarantine``: the quality gate on a
+  run's rows (:mod:`ssbj.pipeline.quality`, :mod:`ssbj.pipeline.audit`).
 
 ``ssbj join`` replays a stream file (Parquet or CSV) through the operator as if it were
 arriving, batch by batch, with a master file as R, and streams the enriched rows to a

@@ -1,4 +1,7 @@
-"""``ssbj run`` and ``ssbj validate``."""
+"""The job commands of ``ssbj``.
+
+``run``, ``validate``, ``quickstart``, ``sql``, ``check``, ``gate``, ``publish`` and ``quarantine``.
+"""
 
 from __future__ import annotations
 

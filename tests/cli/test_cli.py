@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -484,3 +485,18 @@ def test_csv_type_change_mid_stream(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ssbj: error: cannot read stream file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["master.parquet", "stream.csv"]
+
+
+def test_help_and_module_docstring_list_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    import ssbj.cli as cli_module
+
+    parser = cli_module.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = set(sub.choices)
+    assert {"join", "demo", "bench", "run", "validate", "quickstart", "sql", "check", "gate"} <= commands
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    shown = capsys.readouterr().out
+    doc = cli_module.__doc__ or ""
+    assert [c for c in sorted(commands) if c not in shown] == []
+    assert [c for c in sorted(commands) if f"``ssbj {c}``" not in doc] == []
