@@ -42,7 +42,7 @@ from ssbj.adapters.sql_common import (
     safe_url,
     split_table_name,
 )
-from ssbj.errors import ConfigError, InputError, TransientError
+from ssbj.errors import CheckpointError, ConfigError, InputError, TransientError
 from ssbj.retry import RetryPolicy, with_retries
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ def decode_value(d: Mapping[str, Any]) -> object:
         if tag == "uuid":
             return uuid.UUID(v)
     except (KeyError, TypeError, ValueError, decimal.InvalidOperation) as e:
-        raise ConfigError(f"bad boundary value in master layout: {d!r} ({e})") from None
-    raise ConfigError(f"bad boundary value in master layout: unknown type tag in {d!r}")
+        raise CheckpointError(f"bad boundary value in master layout: {d!r} ({e})") from None
+    raise CheckpointError(f"bad boundary value in master layout: unknown type tag in {d!r}")
 
 
 _TAGS: dict[type | None, str] = {
@@ -281,25 +281,25 @@ class SqlMasterScan:
 
     def _restore(self, layout: Mapping[str, Any]) -> _Layout:
         if not isinstance(layout, Mapping) or layout.get("version") != LAYOUT_VERSION:
-            raise ConfigError(f"master layout must be a dict with version {LAYOUT_VERSION}, got {layout!r:.200}")
+            raise CheckpointError(f"master layout must be a dict with version {LAYOUT_VERSION}, got {layout!r:.200}")
         for field, want in (
             ("table", self._table_name),
             ("page_column", self._page.name),
             ("partition_rows", self._b),
         ):
             if layout.get(field) != want:
-                raise ConfigError(
+                raise CheckpointError(
                     f"master layout was made for {field} {layout.get(field)!r}, this scan has {want!r} "
                     "(a different b needs repartition())"
                 )
         bounds = layout.get("bounds")
         num_rows = layout.get("num_rows")
         if not isinstance(bounds, list) or not isinstance(num_rows, int) or num_rows < 0:
-            raise ConfigError("master layout needs a list 'bounds' and an integer 'num_rows' >= 0")
+            raise CheckpointError("master layout needs a list 'bounds' and an integer 'num_rows' >= 0")
         values = tuple(decode_value(b) for b in bounds)
         tag = _TAGS.get(_python_type(self._page))
         if tag is not None and any(b["t"] != tag for b in bounds):
-            raise ConfigError(
+            raise CheckpointError(
                 f"master layout boundaries are not all of type {tag!r}, the type of page column {self._page.name!r}"
             )
         return _Layout(values, num_rows)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
-from ssbj.errors import ConfigError, InputError
+from ssbj.errors import ConfigError, InputError, StateError
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class ParquetDirSink:
     def write(self, batch_id: int, segment: int, table: pa.Table) -> None:
         """Replace the file of (``batch_id``, ``segment``) by ``table`` (or remove it if ``table`` is empty)."""
         if self._schema is None or self._out_schema is None:
-            raise ConfigError("ParquetDirSink.write before prepare()")
+            raise StateError("ParquetDirSink.write before prepare()")
         if batch_id < 0 or segment < 0:
             raise ValueError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
         target = self._dir / file_name(batch_id, segment)

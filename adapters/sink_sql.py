@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from ssbj.adapters.sql_common import SqlRunner, make_engine, safe_url, split_table_name
 from ssbj.adapters.sql_tables import batch_table
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, TableName
-from ssbj.errors import ConfigError, InputError, TerminalError
+from ssbj.errors import ConfigError, InputError, StateError, TerminalError
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class SqlTableSink:
     def write(self, batch_id: int, segment: int, table: pa.Table) -> None:
         """Replace the rows of (``batch_id``, ``segment``) by ``table`` in one transaction."""
         if self._sa_table is None or self._arrow_schema is None:
-            raise ConfigError("SqlTableSink.write before prepare()")
+            raise StateError("SqlTableSink.write before prepare()")
         if batch_id < 0 or segment < 0:
             raise ValueError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
         if table.schema.names != self._arrow_schema.names:

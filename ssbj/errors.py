@@ -19,6 +19,10 @@ class ConfigError(TerminalError):
     """A configuration or command-line value is invalid."""
 
 
+class StateError(TerminalError):
+    """An object used out of order, or a run not in the state a step needs (not for configuration)."""
+
+
 class InputError(TerminalError):
     """An input file or column is missing or has an unusable type."""
 

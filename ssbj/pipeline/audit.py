@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from ssbj.adapters.sql_common import arrow_type_for_sql, make_engine
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts, TableName
-from ssbj.errors import ConfigError
+from ssbj.errors import ConfigError, StateError
 from ssbj.warehouse import REASON_COLUMN, RUN_ID_COLUMN, audit_table, published_table, quarantine_table
 
 
@@ -152,7 +152,7 @@ class Warehouse:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(a).where(a.c.job == self.cfg.name, a.c.run_id == run_id)).mappings().first()
         if row is None:
-            raise ConfigError(f"no run {run_id!r} of job {self.cfg.name!r} in {self.audit_name}")
+            raise StateError(f"no run {run_id!r} of job {self.cfg.name!r} in {self.audit_name}")
         return dict(row)
 
     def run_range(self, run_id: str) -> RunRange:

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from ssbj import warehouse
 from ssbj.config import DatabaseSink, JobConfig, load_config
 from ssbj.errors import ConfigError
+from ssbj.logs import FieldsFormatter
 from ssbj.pipeline.audit import Warehouse, gate_table_names
 from ssbj.pipeline.factory import MasterSource, validate_job
 from ssbj.pipeline.job import EnrichmentJob
@@ -120,7 +121,9 @@ def _setup_logging(level: str) -> None:
     lvl = logging.getLevelName(level.upper())
     if not isinstance(lvl, int):
         raise ConfigError(f"bad --log-level {level!r}: use DEBUG, INFO, WARNING or ERROR")
-    logging.basicConfig(level=lvl, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(FieldsFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=lvl, handlers=[handler])
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
 

@@ -19,6 +19,7 @@ from ssbj.config import JobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.errors import ConfigError, TerminalError, TransientError
+from ssbj.logs import fields
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.observe import StepObserver
@@ -198,7 +199,11 @@ class EnrichmentJob:
                 restarts += 1
                 delay = self.restart_policy.delay(restarts)
                 log.warning(
-                    json.dumps({"event": "restart", "attempt": restarts, "in_seconds": delay, "error": str(cause)})
+                    "query failed (%s); restart %d in %.1f s",
+                    cause,
+                    restarts,
+                    delay,
+                    extra=fields(event="restart", attempt=restarts, in_seconds=delay, error=str(cause)),
                 )
                 self._stop_query()
                 if self.stop_event.wait(delay):

@@ -16,7 +16,6 @@ a replay never meets them.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from ssbj.contracts import DEAD_LETTER_SCHEMA, CheckpointedMasterScan, RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.operator import SemiStreamJoin, StepResult
+from ssbj.logs import fields
 from ssbj.pipeline import faults
 from ssbj.pipeline.observe import ObservedScan, StepObserver
 from ssbj.pipeline.records import Decoded
@@ -161,7 +161,13 @@ class EnrichmentProcessor:
             self._restore(older[-1])
         else:
             self._fresh()
-        log.info(json.dumps({"event": "replay", "batch_id": batch_id, "restored": older[-1] if older else None}))
+        restored = older[-1] if older else None
+        log.info(
+            "batch %d is a replay: restored checkpoint %s",
+            batch_id,
+            restored,
+            extra=fields(event="replay", batch_id=batch_id, restored=restored),
+        )
 
     def _checkpoint(self, batch_id: int, segment: int) -> None:
         assert self.op is not None and self.master is not None  # noqa: S101
@@ -316,7 +322,16 @@ class EnrichmentProcessor:
             },
         }
         self.last_progress = progress
-        log.info(json.dumps(progress, default=float))
+        log.info(
+            "%s %d.%d: %d records, %d rows out, %d waiting",
+            event,
+            batch_id,
+            segment,
+            records,
+            out.num_rows,
+            op.waiting_tuples,
+            extra=fields(**progress),
+        )
         return progress
 
     def counts(self) -> RunCounts:

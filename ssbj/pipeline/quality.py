@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from ssbj.adapters.sql_common import make_engine
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import TableName, reconciles
-from ssbj.errors import ConfigError
+from ssbj.errors import ConfigError, StateError
 from ssbj.pipeline.audit import RunRange, Warehouse
 from ssbj.pipeline.factory import MasterSource
 
@@ -260,7 +260,7 @@ def load_result(cfg: JobConfig, run_id: str) -> CheckResult:
     """Return the stored result of ``ssbj check`` for ``run_id``."""
     path = result_path(cfg, run_id)
     if not path.exists():
-        raise ConfigError(f"run {run_id!r} of {cfg.name!r} has not been checked (no {path})")
+        raise StateError(f"run {run_id!r} of {cfg.name!r} has not been checked (no {path})")
     d = json.loads(path.read_text())
     return CheckResult(**d)
 

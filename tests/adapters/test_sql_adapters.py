@@ -28,7 +28,7 @@ from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import is_transient
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, CheckpointedMasterScan, WarehouseSink
 from ssbj.core import JoinSpec, SemiStreamJoin
-from ssbj.errors import ConfigError, InputError, TerminalError, TransientError
+from ssbj.errors import CheckpointError, ConfigError, InputError, StateError, TerminalError, TransientError
 from ssbj.retry import RetryPolicy
 from ssbj.testing.mariadb import PASSWORD, MariaDBServer
 
@@ -187,13 +187,13 @@ def test_layout_round_trip_and_later_changes(engine: sa.Engine) -> None:
     names = [n for p in parts for n in p.column("name").to_pylist()]
     assert "updated" in names and names.count("in-a-gap") == 1
 
-    with pytest.raises(ConfigError, match="repartition"):
+    with pytest.raises(CheckpointError, match="repartition"):
         SqlMasterScan(engine, name, "k", 50, layout=saved)
-    with pytest.raises(ConfigError, match="page_column"):
+    with pytest.raises(CheckpointError, match="page_column"):
         SqlMasterScan(engine, name, "k", 97, layout=saved | {"page_column": "other"})
-    with pytest.raises(ConfigError, match="boundary"):
+    with pytest.raises(CheckpointError, match="boundary"):
         SqlMasterScan(engine, name, "k", 97, layout=saved | {"bounds": [{"t": "int", "v": "x"}]})
-    with pytest.raises(ConfigError, match="not all of type 'int'"):
+    with pytest.raises(CheckpointError, match="not all of type 'int'"):
         SqlMasterScan(engine, name, "k", 97, layout=saved | {"bounds": [{"t": "str", "v": "x"}]})
 
     fresh = restored.repartition(200)
@@ -515,7 +515,7 @@ def test_sql_sink_schema_errors(engine: sa.Engine) -> None:
         SqlTableSink(engine, unique("x")).prepare(pa.schema([pa.field("l", pa.list_(pa.int64()))]))
     with pytest.raises(InputError, match="columns"):
         sink.write(1, 0, OUT.select(["sid"]))
-    with pytest.raises(ConfigError, match="before prepare"):
+    with pytest.raises(StateError, match="before prepare"):
         SqlTableSink(engine, name).write(1, 0, OUT)
     sink.close()
 
@@ -563,7 +563,7 @@ def test_parquet_sink_schema_is_recorded_and_checked(tmp_path: Path) -> None:
     sink.prepare(OUT.schema)
     with pytest.raises(InputError, match="changed sid"):
         sink.write(1, 0, OUT.cast(changed))
-    with pytest.raises(ConfigError, match="before prepare"):
+    with pytest.raises(StateError, match="before prepare"):
         ParquetDirSink(out).write(1, 0, OUT)
 
 

@@ -1,14 +1,18 @@
 """The processor's observer seam sees every step and every partition read, without patching."""
 
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.contracts import DEAD_LETTER_SCHEMA
 from ssbj.core import ArrowMaster, StepResult
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.logs import FieldsFormatter, record_fields
 from ssbj.pipeline.observe import FanOut
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import Decoded
@@ -66,3 +70,26 @@ def test_observer_sees_every_step_and_partition_read(tmp_path: Path) -> None:
     assert {p: n for p, n in a.reads} == {0: 30, 1: 30, 2: 30, 3: 10}
     assert sum(r.enriched.num_rows for r in a.steps) == proc.totals.enriched_rows
     assert proc.counts().reconciled and proc.counts().waiting == 0
+
+
+def test_progress_is_logged_with_structured_fields(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    master = pa.table({"k": [1, 2], "name": ["a", "b"]})
+    stream = pa.table({"sk": [1, 2, 3], "v": [10, 20, 30]})
+    proc = EnrichmentProcessor(
+        JoinSettings("sk", "k", ("name",), partition_rows=2, step_rows=10),
+        stream.schema,
+        lambda layout, rows: _Scan(master, rows),
+        lambda: (master.num_rows, master.schema),
+        ParquetDirSink(tmp_path / "out"),
+        ParquetDirSink(tmp_path / "dead"),
+        DirectoryStore(tmp_path / "ck"),
+    )
+    with caplog.at_level(logging.INFO, logger="ssbj.progress"):
+        proc.process(0, lambda: Decoded(stream, DEAD_LETTER_SCHEMA.empty_table()))
+    (rec,) = [r for r in caplog.records if r.name == "ssbj.progress"]
+    assert rec.getMessage().startswith("batch 0.0: 3 records")
+    assert "{" not in rec.getMessage()
+    got = record_fields(rec)
+    assert got["batch_id"] == 0 and got["records_in"] == 3 and got["totals"]["records_in"] == 3
+    line = FieldsFormatter("%(name)s %(message)s").format(rec)
+    assert json.loads(line[line.index("{") :])["event"] == "batch"
