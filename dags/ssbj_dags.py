@@ -40,8 +40,9 @@ def job_files() -> list[str]:
 def _dialect() -> str:
     from airflow.sdk import BaseHook
 
-    ctype = BaseHook.get_connection(WAREHOUSE_CONN).conn_type
-    return {"mysql": "mysql", "mariadb": "mysql", "postgres": "postgresql", "sqlite": "sqlite"}[ctype]
+    from ssbj.credentials import dialect_of_conn_type  # the one conn_type map (ssbj imported inside tasks)
+
+    return dialect_of_conn_type(BaseHook.get_connection(WAREHOUSE_CONN).conn_type)
 
 
 @dag(dag_id="ssbj_setup", schedule=None, catchup=False, tags=["ssbj"], doc_md=__doc__)

@@ -6,11 +6,10 @@ id), never the secrets themselves: a URL with a password in the file is rejected
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import yaml
@@ -19,7 +18,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -48,14 +46,6 @@ _SCALARS: dict[str, pa.DataType] = {
     "timestamp_tz": pa.timestamp("us", tz="UTC"),
 }
 TYPE_NAMES = [*_SCALARS, "decimal(p,s)"]
-# conn_type of an Airflow connection -> SQLAlchemy dialect+driver
-_AIRFLOW_DRIVERS = {
-    "mysql": "mysql+pymysql",
-    "mariadb": "mysql+pymysql",
-    "postgres": "postgresql+psycopg",
-    "postgresql": "postgresql+psycopg",
-    "sqlite": "sqlite",
-}
 
 
 def identifier(name: str, what: str) -> str:
@@ -116,91 +106,11 @@ class Database(_Model):
                 raise ValueError(f"{n} {v!r} is not an environment variable name")
         return self
 
-    def resolve(self) -> SecretStr:
-        """Return the full SQLAlchemy URL, password included, as a secret."""
-        from sqlalchemy.engine import make_url
-
-        if self.url_env:
-            raw = os.environ.get(self.url_env)
-            if not raw:
-                raise ConfigError(f"environment variable {self.url_env} (url_env) is not set")
-            url = make_url(raw)
-        elif self.connection_id:
-            url = make_url(_airflow_connection_url(self.connection_id))
-        else:
-            url = make_url(str(self.url))
-        if self.password_env:
-            pw = os.environ.get(self.password_env)
-            if pw is None:
-                raise ConfigError(f"environment variable {self.password_env} (password_env) is not set")
-            url = url.set(password=pw)
-        return SecretStr(url.render_as_string(hide_password=False))
-
     def display(self) -> str:
         """Return the URL with any password hidden, for logs and messages."""
         if self.url:
             return self.url
         return f"${self.url_env}" if self.url_env else f"airflow connection {self.connection_id!r}"
-
-
-def airflow_connection(conn_id: str) -> dict[str, Any]:
-    """Return the parts of an Airflow connection (``AIRFLOW_CONN_<ID>``, or Airflow's own lookup).
-
-    Keys: conn_type, host, port, login, password, schema, extra (a dict).
-    """
-    env = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
-    if env is None:
-        try:
-            from airflow.sdk import BaseHook  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:
-            raise ConfigError(
-                f"Airflow connection {conn_id!r}: AIRFLOW_CONN_{conn_id.upper()} is not set "
-                "and Airflow is not installed"
-            ) from exc
-        env = str(BaseHook.get_connection(conn_id).get_uri())
-    import json
-
-    if env.lstrip().startswith("{"):
-        d = json.loads(env)
-        extra = d.get("extra") or {}
-        return {
-            "conn_type": d.get("conn_type", ""),
-            "host": d.get("host") or "",
-            "port": d.get("port"),
-            "login": d.get("login"),
-            "password": d.get("password"),
-            "schema": d.get("schema") or "",
-            "extra": json.loads(extra) if isinstance(extra, str) else dict(extra),
-        }
-    parts = urlsplit(env)
-    query = dict(parse_qsl(parts.query))
-    extra = json.loads(query["__extra__"]) if "__extra__" in query else query
-    return {
-        "conn_type": parts.scheme,
-        "host": unquote(parts.hostname or ""),
-        "port": parts.port,
-        "login": unquote(parts.username) if parts.username else None,
-        "password": unquote(parts.password) if parts.password else None,
-        "schema": parts.path.lstrip("/"),
-        "extra": extra,
-    }
-
-
-def _airflow_connection_url(conn_id: str) -> str:
-    """SQLAlchemy URL of an Airflow database connection."""
-    c = airflow_connection(conn_id)
-    ctype, host, port, login, pw, schema = (c[k] for k in ("conn_type", "host", "port", "login", "password", "schema"))
-    driver = _AIRFLOW_DRIVERS.get(ctype.replace("-", "_"))
-    if driver is None:
-        raise ConfigError(
-            f"Airflow connection {conn_id!r} has type {ctype!r}; supported: {', '.join(sorted(_AIRFLOW_DRIVERS))}"
-        )
-    from sqlalchemy.engine import URL
-
-    if driver == "sqlite":
-        return f"sqlite:///{host or schema}"
-    url = URL.create(driver, username=login, password=pw, host=host or None, port=port, database=schema or None)
-    return url.render_as_string(hide_password=False)
 
 
 class FileSource(_Model):
@@ -252,38 +162,9 @@ class KafkaSource(_Model):
             raise ValueError("give exactly one of bootstrap_servers, connection_id")
         return self
 
-    def _connection(self) -> dict[str, Any]:
-        return airflow_connection(self.connection_id) if self.connection_id else {}
-
-    def bootstrap(self) -> str:
-        """Return the broker list: from the file, or from the Airflow connection."""
-        if self.bootstrap_servers is not None:
-            return self.bootstrap_servers
-        c = self._connection()
-        servers = c["extra"].get("bootstrap.servers") or (f"{c['host']}:{c['port']}" if c["host"] else "")
-        if not servers:
-            raise ConfigError(f"Airflow connection {self.connection_id!r} has no bootstrap.servers and no host")
-        return str(servers)
-
     def display(self) -> str:
         """Return where the broker is, for messages (no secrets)."""
         return self.bootstrap_servers or f"airflow connection {self.connection_id!r}"
-
-    def client_options(self) -> dict[str, str]:
-        """Client settings: the connection's (if any), the file's, then the secrets from the environment."""
-        c = self._connection()
-        out = {str(k): str(v) for k, v in c.get("extra", {}).items() if k != "bootstrap.servers"}
-        if c.get("login"):
-            out.setdefault("sasl.username", str(c["login"]))
-        if c.get("password"):
-            out.setdefault("sasl.password", str(c["password"]))
-        out.update(self.options)
-        for k, env in self.secret_options_env.items():
-            val = os.environ.get(env)
-            if val is None:
-                raise ConfigError(f"environment variable {env} (source.secret_options_env.{k}) is not set")
-            out[k] = val
-        return out
 
 
 class Master(Database):

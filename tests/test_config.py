@@ -9,6 +9,7 @@ import pytest
 
 from ssbj.cli import main
 from ssbj.config import load_config, parse_config
+from ssbj.credentials import database_url, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError
 
 
@@ -70,9 +71,9 @@ def test_password_in_url_is_rejected_and_read_from_the_environment(monkeypatch: 
         _base(master={"url": "mysql+pymysql://etl@db:3306/crm", "password_env": "CRM_PW", "table": "t", "key": "k"})
     )
     with pytest.raises(ConfigError, match="CRM_PW"):
-        cfg.master.resolve()
+        database_url(cfg.master)
     monkeypatch.setenv("CRM_PW", "p@ss:w/rd")
-    url = cfg.master.resolve()
+    url = database_url(cfg.master)
     assert "p@ss" not in str(url) and "p@ss" not in repr(url)
     import sqlalchemy as sa
 
@@ -85,7 +86,7 @@ def test_airflow_connection_from_the_environment(monkeypatch: pytest.MonkeyPatch
     cfg = parse_config(_base(master={"connection_id": "crm_db", "table": "t", "key": "k"}))
     import sqlalchemy as sa
 
-    url = sa.engine.make_url(cfg.master.resolve().get_secret_value())
+    url = sa.engine.make_url(database_url(cfg.master).get_secret_value())
     assert (url.drivername, url.host, url.port, url.database, url.password) == (
         "mysql+pymysql",
         "db1",
@@ -95,7 +96,7 @@ def test_airflow_connection_from_the_environment(monkeypatch: pytest.MonkeyPatch
     )
     monkeypatch.setenv("AIRFLOW_CONN_PG", '{"conn_type": "postgres", "host": "pg", "login": "u", "password": "x"}')
     cfg = parse_config(_base(master={"connection_id": "pg", "table": "t", "key": "k"}))
-    assert cfg.master.resolve().get_secret_value().startswith("postgresql+psycopg://u:x@pg")
+    assert database_url(cfg.master).get_secret_value().startswith("postgresql+psycopg://u:x@pg")
 
 
 def test_kafka_broker_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,15 +107,15 @@ def test_kafka_broker_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch
         '"extra": {"bootstrap.servers": "b1:9092,b2:9092", "security.protocol": "SASL_SSL"}}',
     )
     cfg = parse_config(_base(source=src))
-    assert cfg.source.bootstrap() == "b1:9092,b2:9092"  # type: ignore[union-attr]
-    assert cfg.source.client_options() == {  # type: ignore[union-attr]
+    assert kafka_bootstrap(cfg.source) == "b1:9092,b2:9092"  # type: ignore[union-attr]
+    assert kafka_client_options(cfg.source) == {  # type: ignore[union-attr]
         "security.protocol": "SASL_SSL",
         "sasl.username": "etl",
         "sasl.password": "pw",
     }
     assert "pw" not in cfg.source.display()  # type: ignore[union-attr]
     monkeypatch.setenv("AIRFLOW_CONN_BROKER", "kafka://k1:9093")
-    assert cfg.source.bootstrap() == "k1:9093"  # type: ignore[union-attr]
+    assert kafka_bootstrap(cfg.source) == "k1:9093"  # type: ignore[union-attr]
     msg = _error(_base(source={**src, "bootstrap_servers": "x:1"}))
     assert "exactly one of bootstrap_servers, connection_id" in msg
 

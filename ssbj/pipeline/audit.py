@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-from ssbj.adapters.sql_common import arrow_type_for_sql, make_engine
+from ssbj import credentials
+from ssbj.adapters.sql_common import arrow_type_for_sql
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts, TableName
 from ssbj.errors import ConfigError, StateError
@@ -63,7 +64,7 @@ class Warehouse:
         assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101  (checked by gate_table_names)
         self.cfg = cfg
         if engine is None:
-            engine = make_engine(cfg.sink.resolve().get_secret_value())[0]
+            engine = credentials.engine(cfg.sink)
         self.engine = engine
         self.enriched_name = cfg.sink.table
         self._md = sa.MetaData()

@@ -13,11 +13,12 @@ import sqlalchemy as sa
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.adapters.sql_common import SqlRunner, make_engine, split_table_name
+from ssbj.adapters.sql_common import SqlRunner, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.keys import check_compatible
+from ssbj.credentials import database_url, engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, InputError, SSBJError
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
@@ -26,17 +27,12 @@ from ssbj.retry import RetryPolicy
 log = logging.getLogger("ssbj.master")
 
 
-def _engine(url: str) -> Any:
-
-    return make_engine(url)[0]
-
-
 def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
     """Return a warehouse (or dead-letter) sink."""
     if cfg.kind == "parquet":
         return ParquetDirSink(cfg.path)
 
-    return SqlTableSink(cfg.resolve().get_secret_value(), cfg.table, create=cfg.create, bulk=cfg.bulk)
+    return SqlTableSink(database_url(cfg).get_secret_value(), cfg.table, create=cfg.create, bulk=cfg.bulk)
 
 
 class MasterSource:
@@ -44,7 +40,7 @@ class MasterSource:
 
     def __init__(self, cfg: JobConfig) -> None:
         self.cfg = cfg.master
-        self.engine = _engine(cfg.master.resolve().get_secret_value())
+        self.engine = engine(cfg.master)
 
     def scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
         """Return a scan of R in partitions of ``partition_rows`` rows, with a saved layout or a new one."""
@@ -132,7 +128,7 @@ def validate_job(cfg: JobConfig) -> list[str]:
                 raise ConfigError(f"{name}.path {sink.path!r} is not writable")
             out.append(f"{name}: Parquet directory {sink.path}")
         else:
-            eng = _engine(sink.resolve().get_secret_value())
+            eng = engine(sink)
             try:
                 with eng.connect() as conn:
                     conn.execute(sa.text("SELECT 1"))
@@ -160,8 +156,8 @@ def _check_kafka(cfg: JobConfig) -> str:
         from confluent_kafka.admin import AdminClient
     except ImportError as exc:
         raise ConfigError("source.kind kafka needs confluent-kafka: pip install 'ssbj[kafka]'") from exc
-    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": src.bootstrap()}
-    conf.update({k.removeprefix("kafka."): v for k, v in src.client_options().items()})
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": kafka_bootstrap(src)}
+    conf.update({k.removeprefix("kafka."): v for k, v in kafka_client_options(src).items()})
     md = AdminClient(conf).list_topics(timeout=10)
     if src.topic not in md.topics:
         raise ConfigError(f"source.topic {src.topic!r} does not exist at {src.display()}")

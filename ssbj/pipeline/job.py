@@ -18,6 +18,7 @@ import pyarrow as pa
 from ssbj.config import JobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.credentials import kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, TerminalError, TransientError
 from ssbj.logs import fields
 from ssbj.pipeline import factory
@@ -80,13 +81,13 @@ def source_frame(spark: Any, cfg: JobConfig) -> Any:
         fmt = "kafka"
     reader = (
         spark.readStream.format(fmt)
-        .option("kafka.bootstrap.servers", src.bootstrap())
+        .option("kafka.bootstrap.servers", kafka_bootstrap(src))
         .option("subscribe", src.topic)
         .option("startingOffsets", src.starting_offsets)
     )
     if src.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
-    for k, v in src.client_options().items():  # client settings: kafka.<setting>
+    for k, v in kafka_client_options(src).items():  # client settings: kafka.<setting>
         reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", v)
     for k, v in src.reader_options.items():  # the reader's own options, as they are
         reader = reader.option(k, v)

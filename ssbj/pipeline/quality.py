@@ -24,9 +24,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ssbj.adapters.sql_common import make_engine
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import TableName, reconciles
+from ssbj.credentials import database_url, engine
 from ssbj.errors import ConfigError, StateError
 from ssbj.pipeline.audit import RunRange, Warehouse
 from ssbj.pipeline.factory import MasterSource
@@ -197,7 +197,7 @@ def check_run(cfg: JobConfig, run_id: str, engine: sa.Engine | None = None) -> C
         .compile(dialect=wh.engine.dialect, compile_kwargs={"literal_binds": True})
     )  # literals are the run's integer batch ids and segments only
     assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101
-    checks, failing = validate_table(cfg.sink.resolve().get_secret_value(), query, expectations, cfg.name)
+    checks, failing = validate_table(database_url(cfg.sink).get_secret_value(), query, expectations, cfg.name)
     checks.append(_reconcile(cfg, wh, row, rng))
     success = all(c["success"] for c in checks)
     result = CheckResult(cfg.name, run_id, success, failing, checks)
@@ -212,14 +212,11 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
     dead_in_table = None
     if isinstance(cfg.dead_letter, DatabaseSink):
         dl_name = TableName.parse(cfg.dead_letter.table)
-        eng = make_engine(cfg.dead_letter.resolve().get_secret_value())[0]
-        try:
-            dl = sa.Table(dl_name.name, sa.MetaData(), schema=dl_name.schema, autoload_with=eng)
-            with eng.connect() as conn:
-                stmt = sa.select(sa.func.count()).select_from(dl).where(rng.predicate(dl))
-                dead_in_table = int(conn.execute(stmt).scalar_one())
-        finally:
-            eng.dispose()
+        eng = engine(cfg.dead_letter)  # the warehouse's own engine when both tables live there
+        dl = sa.Table(dl_name.name, sa.MetaData(), schema=dl_name.schema, autoload_with=eng)
+        with eng.connect() as conn:
+            stmt = sa.select(sa.func.count()).select_from(dl).where(rng.predicate(dl))
+            dead_in_table = int(conn.execute(stmt).scalar_one())
     counted = reconciles(
         row["rows_in"], row["source_rows_enriched"], row["unmatched"], row["waiting"], row["dead_lettered"]
     )

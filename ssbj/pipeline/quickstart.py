@@ -17,6 +17,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from ssbj.config import Database
+from ssbj.credentials import database_url
 from ssbj.warehouse import demo_master_table
 
 JOB_TEMPLATE = """\
@@ -127,7 +128,7 @@ def write_demo(
     master_db = root / "master.db"
     rows = _customers(rng, customers)
     if connection_id is not None:
-        _load_master(Database.model_validate({"connection_id": connection_id}).resolve().get_secret_value(), rows)
+        _load_master(database_url(Database.model_validate({"connection_id": connection_id})).get_secret_value(), rows)
     else:
         with sqlite3.connect(master_db) as db:
             db.execute("DROP TABLE IF EXISTS customer")
