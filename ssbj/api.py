@@ -14,11 +14,10 @@ from typing import Literal
 import pyarrow as pa
 
 from ssbj.core.costmodel import CostModel
-from ssbj.core.keys import check_compatible
 from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin, StepResult
 from ssbj.errors import ConfigError, InputError
-from ssbj.planning import DEFAULT_MEMORY, JoinSettings, estimate_row_bytes, plan_join
+from ssbj.planning import DEFAULT_MEMORY, JoinSettings, check_key_types, estimate_row_bytes, plan_join
 from ssbj.units import parse_size
 
 DEFAULT_BATCH_ROWS = 100_000
@@ -89,7 +88,7 @@ def enrich(
     for name, schema, role in ((left_on, stream_schema, "stream"), (right_on, master.schema, "master")):
         if name not in schema.names:
             raise InputError(f"enrich: {role} has no column {name!r} (columns: {', '.join(schema.names)})")
-    check_compatible(stream_schema.field(left_on).type, master.schema.field(right_on).type)
+    check_key_types(stream_schema, left_on, master.schema, right_on)
     wanted = list(columns) if columns is not None else [c for c in master.schema.names if c != right_on]
     missing = [c for c in wanted if c not in master.schema.names]
     if missing:

@@ -51,10 +51,9 @@ from ssbj.core import (
     SemiStreamJoin,
     StepMetrics,
 )
-from ssbj.core.keys import check_compatible, key_family
 from ssbj.errors import ConfigError, InputError, SSBJError
 from ssbj.pipeline.commands import add_commands
-from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, estimate_row_bytes, plan_join
+from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, check_key_types, estimate_row_bytes, plan_join
 from ssbj.units import parse_size
 
 PROG = "ssbj"
@@ -197,21 +196,6 @@ def _check_key(schema: pa.Schema, key: str, role: str, path: Path) -> None:
         )
 
 
-def _check_key_types(stream_schema: pa.Schema, skey: str, master_schema: pa.Schema, mkey: str) -> None:
-    """InputError stating both types if the key columns cannot be joined."""
-    st, mt = stream_schema.field(skey).type, master_schema.field(mkey).type
-    try:
-        check_compatible(st, mt)
-    except InputError as exc:
-        try:
-            reason = f"{key_family(st)} and {key_family(mt)} keys cannot be compared"
-        except InputError:
-            reason = str(exc)
-        raise InputError(
-            f"cannot join stream key {skey!r} of type {st} with master key {mkey!r} of type {mt}: {reason}"
-        ) from exc
-
-
 # ---------------------------------------------------------------------- run bookkeeping
 @dataclass
 class _RunStats:
@@ -306,7 +290,7 @@ def _cmd_join(args: argparse.Namespace) -> int:
                 f"bad --master-columns: {', '.join(repr(c) for c in missing)} not in master file "
                 f"{master_path}; available columns: {', '.join(master_schema.names)}"
             )
-    _check_key_types(stream_schema, args.stream_key, master_schema, args.master_key)
+    check_key_types(stream_schema, args.stream_key, master_schema, args.master_key)
     proj = wanted if wanted is not None else list(master_schema.names)
     needed = [args.master_key] + [c for c in proj if c != args.master_key]
     master = _read_master(master_path, m_fmt, needed, master_csv)

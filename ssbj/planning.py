@@ -14,8 +14,10 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core.costmodel import CostModel, MemoryPlan, plan_memory
+from ssbj.core.keys import check_compatible, key_family
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import JoinSpec
+from ssbj.errors import InputError
 from ssbj.units import parse_size
 
 DEFAULT_MEMORY = "256MiB"
@@ -45,6 +47,21 @@ def estimate_row_bytes(schema: pa.Schema, sample: pa.Table | None = None) -> flo
         except ValueError:
             total += _VAR_WIDTH_GUESS
     return float(max(total, 1))
+
+
+def check_key_types(stream_schema: pa.Schema, stream_key: str, master_schema: pa.Schema, master_key: str) -> str:
+    """Return the key family both join keys share; InputError stating both types when they cannot be joined."""
+    st, mt = stream_schema.field(stream_key).type, master_schema.field(master_key).type
+    try:
+        return check_compatible(st, mt)
+    except InputError as exc:
+        try:
+            reason = f"{key_family(st)} and {key_family(mt)} keys cannot be compared"
+        except InputError:
+            reason = str(exc)
+        raise InputError(
+            f"cannot join stream key {stream_key!r} of type {st} with master key {master_key!r} of type {mt}: {reason}"
+        ) from exc
 
 
 @dataclass(frozen=True)

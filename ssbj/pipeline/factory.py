@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
+from ssbj import planning
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
@@ -17,7 +18,6 @@ from ssbj.adapters.sql_common import SqlRunner, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.keys import check_compatible
 from ssbj.credentials import database_url, engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, InputError, SSBJError
 from ssbj.pipeline.observe import StepObserver
@@ -97,7 +97,7 @@ def check_key_types(cfg: JobConfig, master_schema: pa.Schema) -> None:
     st = cfg.stream_schema.field(skey).type
     mt = master_schema.field(mkey).type
     try:
-        check_compatible(st, mt)
+        planning.check_key_types(cfg.stream_schema, skey, master_schema, mkey)
     except SSBJError as exc:
         raise ConfigError(
             f"join.stream_key {skey!r} ({st}) cannot be joined with master.key {mkey!r} ({mt}): {exc}"
