@@ -61,11 +61,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.config import arrow_type, parse_config
-from ssbj.core.operator import SemiStreamJoin
+from ssbj.core.operator import StepResult
 from ssbj.pipeline.job import EnrichmentJob, decoder, source_frame
+from ssbj.pipeline.observe import FanOut
 
 log = logging.getLogger("ssbj.bench.pipeline")
 
@@ -616,40 +616,31 @@ class MethodResult:
 
 
 class PartitionReadCounter:
-    """Counts SqlMasterScan.read_partition calls and rows (wraps the class method for one run)."""
+    """Counts master partition reads, rows and seconds (a StepObserver of the job's processor)."""
 
     def __init__(self, on_first: Callable[[], None] | None = None) -> None:
         self.calls = 0
         self.rows = 0
         self.seconds = 0.0
         self.on_first = on_first
-        self._orig: Any = None
 
-    def __enter__(self) -> PartitionReadCounter:
+    def on_step(self, result: StepResult) -> None:
+        """Ignore steps (StepRecorder counts them)."""
 
-        self._orig = orig = SqlMasterScan.read_partition
-        counter = self
+    def before_partition_read(self, partition: int) -> None:
+        """Call ``on_first`` before the first read."""
+        if self.calls == 0 and self.on_first is not None:
+            self.on_first()
 
-        def read_partition(scan: Any, p: int) -> pa.Table:
-            if counter.calls == 0 and counter.on_first is not None:
-                counter.on_first()
-            t0 = time.perf_counter()
-            t = orig(scan, p)
-            counter.seconds += time.perf_counter() - t0
-            counter.calls += 1
-            counter.rows += t.num_rows
-            return t
-
-        SqlMasterScan.read_partition = read_partition  # type: ignore[method-assign,assignment]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-
-        SqlMasterScan.read_partition = self._orig  # type: ignore[method-assign]
+    def after_partition_read(self, partition: int, rows: int, seconds: float) -> None:
+        """Count one read."""
+        self.seconds += seconds
+        self.calls += 1
+        self.rows += rows
 
 
 class StepRecorder:
-    """Wraps SemiStreamJoin.step for one run: memory per step, and stale rows emitted after the update."""
+    """Per operator step (a StepObserver of the job's processor): memory, and stale rows emitted after the update."""
 
     def __init__(self, st: Staleness) -> None:
         self.st = st
@@ -663,7 +654,6 @@ class StepRecorder:
         self.r_cycle_at_update: int | None = None
         self.partitions: int | None = None
         self.stale_steps: list[Json] = []
-        self._orig: Any = None
 
     def _record(self, r: Any) -> None:
         m = r.metrics
@@ -702,22 +692,15 @@ class StepRecorder:
                 }
             )
 
-    def __enter__(self) -> StepRecorder:
+    def on_step(self, result: StepResult) -> None:
+        """Record one operator step."""
+        self._record(result)
 
-        self._orig = orig = SemiStreamJoin.step
-        rec = self
+    def before_partition_read(self, partition: int) -> None:
+        """Ignore reads (PartitionReadCounter counts them)."""
 
-        def step(op: Any) -> Any:
-            r = orig(op)
-            rec._record(r)
-            return r
-
-        SemiStreamJoin.step = step  # type: ignore[method-assign,assignment]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-
-        SemiStreamJoin.step = self._orig  # type: ignore[method-assign]
+    def after_partition_read(self, partition: int, rows: int, seconds: float) -> None:
+        """Ignore reads (PartitionReadCounter counts them)."""
 
     def result(self) -> Json:
         """Return the stale window in operator steps (= master partition reads)."""
@@ -947,9 +930,10 @@ class Bench:
 
         cfg = parse_config(self.job_config(algorithm, table), f"bench {algorithm}")
         before = counters.snapshot()
-        with RssSampler(self.jvm_pid) as rss, PartitionReadCounter(first_read) as reads, StepRecorder(st) as steps:
+        reads, steps = PartitionReadCounter(first_read), StepRecorder(st)
+        with RssSampler(self.jvm_pid) as rss:
             t0 = time.perf_counter()
-            job = EnrichmentJob(cfg, spark=self.spark, on_progress=on_progress)
+            job = EnrichmentJob(cfg, spark=self.spark, on_progress=on_progress, observer=FanOut(reads, steps))
             t1 = time.perf_counter()
             summary = job.run()
             t2 = time.perf_counter()
@@ -1836,7 +1820,7 @@ def write_readme(doc: Json, path: Path) -> None:
     L += [
         "",
         "Stale window: stream tuples read, and seconds, from the update to the last stale row. SSBJ/MESHJOIN: "
-        "counted over the operator's steps (the benchmark wraps SemiStreamJoin.step; a step reads one master "
+        "counted over the operator's steps (observed through the processor's on_step seam; a step reads one master "
         "partition, so K steps are one R-cycle). LRU: the arrival position of the last stale tuple in the lookup "
         "loop. Spark: bounded by the end of the micro-batch (it had no stale rows).",
         "",

@@ -24,9 +24,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ssbj import credentials
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import TableName, reconciles
-from ssbj.credentials import database_url, engine
+from ssbj.credentials import database_url
 from ssbj.errors import ConfigError, StateError
 from ssbj.pipeline.audit import RunRange, Warehouse
 from ssbj.pipeline.factory import MasterSource
@@ -212,7 +213,7 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
     dead_in_table = None
     if isinstance(cfg.dead_letter, DatabaseSink):
         dl_name = TableName.parse(cfg.dead_letter.table)
-        eng = engine(cfg.dead_letter)  # the warehouse's own engine when both tables live there
+        eng = credentials.engine(cfg.dead_letter)  # the warehouse's own engine when both tables live there
         dl = sa.Table(dl_name.name, sa.MetaData(), schema=dl_name.schema, autoload_with=eng)
         with eng.connect() as conn:
             stmt = sa.select(sa.func.count()).select_from(dl).where(rng.predicate(dl))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import yaml
 from pipeline_reference import expected_join
 
 from ssbj.pipeline.quickstart import write_demo
@@ -60,13 +61,11 @@ def airflow_env(tmp_path: Path, mariadb: MariaDBServer) -> dict[str, str]:
 def _job(tmp_path: Path, mariadb: MariaDBServer) -> Path:
     """The demo job, with master data and warehouse in MariaDB through the Airflow connection."""
     job = write_demo(tmp_path / "demo", customers=3_000, orders=12_000, files=3, seed=8)
-    text = job.read_text()
-    text = text.replace(
-        f"url: sqlite:///{(tmp_path / 'demo' / 'master.db').resolve()}", "connection_id: ssbj_warehouse"
-    )
-    text = text.replace(
-        f"url: sqlite:///{(tmp_path / 'demo' / 'warehouse.db').resolve()}", "connection_id: ssbj_warehouse"
-    )
+    cfg = yaml.safe_load(job.read_text())  # edited as data: a renamed section fails here, not silently
+    for section in ("master", "sink", "dead_letter"):
+        assert cfg[section].pop("url").startswith("sqlite:///")
+        cfg[section]["connection_id"] = "ssbj_warehouse"
+    text = yaml.safe_dump(cfg, sort_keys=False)
     job.write_text(text)
     assert "sqlite" not in text
     return job

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from pipeline_reference import expected_join, warehouse_rows
 
+from ssbj.config import parse_config
 from ssbj.pipeline.quickstart import write_demo
 
 pytestmark = pytest.mark.slow  # spark-submit / ssbj run subprocesses: 20-60 s each
@@ -21,9 +23,11 @@ SSBJ = [sys.executable, "-m", "ssbj.cli"]
 
 def _job(root: Path) -> Path:
     job = write_demo(root, customers=3_000, orders=24_000, files=6, seed=3)
-    text = job.read_text().replace("max_files_per_trigger: 2", "max_files_per_trigger: 1")
-    text = text.replace("partition_rows: 375", "partition_rows: 500")
-    job.write_text(text)
+    cfg = yaml.safe_load(job.read_text())  # edited as data: a renamed field fails here, not silently
+    cfg["source"]["max_files_per_trigger"] = 1
+    cfg["master"]["partition_rows"] = 500
+    job.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    parse_config(cfg, str(job))
     return job
 
 
