@@ -104,6 +104,8 @@ class Preset:
     stream_payload: int
     pyarrow_reps: int
     reps: int  # repetitions of every operator run (median kept)
+    bound_skews: tuple[float, ...] = (0.5, 1.0, 1.5)  # exp_bound
+    bound_mem_fracs: tuple[float, ...] = (0.01, 0.10)
 
 
 PRESETS: dict[str, Preset] = {
@@ -321,6 +323,7 @@ class _Acc:
     mem: float = 0.0
     mem_max: int = 0
     tuple_mem: float = 0.0
+    hs_tuples: float = 0.0
     components: dict[str, float] = field(default_factory=dict)
 
 
@@ -419,6 +422,7 @@ def _run(
         acc.mem += mem.total
         acc.mem_max = max(acc.mem_max, mem.total)
         acc.tuple_mem += mem.h_s + mem.h_r + mem.disk_buffer + mem.switching_buffer
+        acc.hs_tuples += m.hs_tuples
         for k, v in mem.to_dict().items():
             acc.components[k] = acc.components.get(k, 0.0) + v
         if record_steps:
@@ -477,6 +481,7 @@ def _run(
         "memory_max": acc.mem_max,
         "memory_max_over_budget": acc.mem_max / cfg.memory_budget if cfg.memory_budget else None,
         "tuple_memory_mean": acc.tuple_mem / n,
+        "hs_tuples_mean": acc.hs_tuples / n,
         "memory_components_mean": {k: v / n for k, v in acc.components.items()},
         "chunk_bytes_final": last_chunk,
         "loadavg_1m": load0,

@@ -53,7 +53,7 @@ def fixed_bytes(op: SemiStreamJoin) -> int:
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     sb = max(op._sb_bytes, op._sb_peak)
     queue = (op._k + 2) * QUEUE_RECORD
-    return int(disk + op.cache.nbytes() + sb + op.stats.nbytes + queue + op._transient_peak)
+    return int(disk + op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + queue + op._transient_peak)
 
 
 def adapt(op: SemiStreamJoin) -> None:

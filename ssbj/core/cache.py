@@ -249,6 +249,8 @@ class Cache:
         self.family = family
         self.columns: list[pa.Array] = [pa.array([], type=f.type) for f in layout]
         self.src = np.zeros(0, dtype=np.int32)
+        self._rows_gen = 0  # bumped whenever columns or src are replaced
+        self._rows_nb = (-1, 0)  # (generation, bytes): summing Arrow buffers per call is slow
         self.index = KeyedTable(4, np.int32)
         self.empties = KeyedTable(2, np.uint8)
         self.cnt_src = np.zeros(1, dtype=np.int64)
@@ -272,7 +274,9 @@ class Cache:
 
     def row_nbytes(self) -> int:
         """Bytes of the cached rows' columns and their partition tags."""
-        return int(sum(c.nbytes for c in self.columns) + self.src.nbytes)
+        if self._rows_nb[0] != self._rows_gen:
+            self._rows_nb = (self._rows_gen, int(sum(c.nbytes for c in self.columns) + self.src.nbytes))
+        return self._rows_nb[1]
 
     def nbytes(self) -> int:
         """Bytes of H_R: rows, tags, index, empty entries, per-partition counts."""
@@ -374,6 +378,7 @@ class Cache:
             self.columns[c] = merged.take(pa.array(order))
         keys = keys[order]
         self.src = src[order].astype(np.int32)
+        self._rows_gen += 1
         # carry f_count and since of values that stay
         old_k, old_p = ix.entries()
         uniq, starts, counts = np.unique(keys, return_index=True, return_counts=True)
@@ -464,6 +469,7 @@ class Cache:
         """Restore the state saved by a checkpoint."""
         self.columns = [c.combine_chunks() for c in table.columns]
         self.src = np.asarray(src, dtype=np.int32)
+        self._rows_gen += 1
         self.index.load(index_keys, index_pay, index_cap)
         self.empties.load(empty_keys, empty_pay, empty_cap)
         self.cnt_src = np.bincount(self.src, minlength=max(k, 1)).astype(np.int64)

@@ -22,6 +22,7 @@ from numba import njit
 
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, ix_find
+from ssbj.core.interest import interest_test
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -63,11 +64,18 @@ def disk_probe(
     hused: np.ndarray,
     ek: np.ndarray,
     eused: np.ndarray,
+    ibits: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
-    """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits)."""
+    """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits).
+
+    ``ibits`` (:mod:`ssbj.core.interest`) tells which rows need the statistics, H_R and
+    empty-entry lookups at all. The output arrays start small and double: their size is
+    the step's transient memory.
+    """
     b = mkeys.shape[0]
-    pm = np.empty(b, dtype=np.int64)
-    psl = np.empty(b, dtype=np.int64)
+    pm = np.empty(min(b, 1024), dtype=np.int64)
+    psl = np.empty(min(b, 1024), dtype=np.int64)
+    look = fsm == INCREMENTING or fsm == SWITCHING or refresh  # noqa: SIM109 (numba)
     sb = np.empty(0, dtype=np.int64)
     rf_row = np.empty(0, dtype=np.int64)
     rf_slot = np.empty(0, dtype=np.int64)
@@ -102,6 +110,8 @@ def disk_probe(
             if d == 0:
                 break
             s -= d
+        if not look or not interest_test(ibits, h):
+            continue
         if fsm == INCREMENTING or fsm == SWITCHING:  # noqa: SIM109 (numba)
             j = kset_find(st_keys, st_used, key)
             if j >= 0:

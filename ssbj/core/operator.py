@@ -41,6 +41,7 @@ from ssbj.core.costmodel import CostModel, StepCost
 from ssbj.core.diskphase import disk_probe, switch_in_pairs
 from ssbj.core.hashing import kset_find
 from ssbj.core.hs import StreamTable, hs_expire, hs_insert, hs_remove
+from ssbj.core.interest import Interest
 from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
@@ -115,6 +116,7 @@ class SemiStreamJoin:
         self.cache = Cache(self._master_layout, self._family)
         self.cache.set_partitions(self._k)
         self.stats = ValueStats()
+        self.interest = Interest()  # values the disk phase looks up beyond H_S
         self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
         self._sb_seq = 0
         self._sb_bytes = 0
@@ -283,7 +285,18 @@ class SemiStreamJoin:
                 self._switch_in(switching, pairs, unmatched)
             if self._rc % 3 == 0:
                 self.stats.reset_s_count()
+            self.rebuild_interest()
         B.adapt(self)
+
+    def rebuild_interest(self) -> None:
+        """Refill the disk phase's filter from the statistics, H_R and the empty entries."""
+        st, cache = self.stats.table, self.cache
+        self.interest.rebuild(
+            st.keys[st.used],
+            cache.index.keys[cache.index.used],
+            cache.empties.keys[cache.empties.used],
+            expect=int(self.stats.meta[1]) + cache.values + 2 * cache.empty_values + 64,
+        )
 
     def _rebuild_hr(self, evicted: np.ndarray, switching: np.ndarray) -> None:
         """Rebuild H_R without the evicted values and with s_B (values switching in)."""
@@ -394,6 +407,7 @@ class SemiStreamJoin:
         if self._use_cache:
             self.stats.grow(B.stats_limit(self))
         st = self.stats.table
+        tracked = self.stats.size
         hs.values += int(
             hs_insert(
                 hs.hix,
@@ -411,8 +425,12 @@ class SemiStreamJoin:
                 self.stats.meta,
                 self._step,
                 self._rc,
+                self.interest.bits,
             )
         )
+        self.interest.added += self.stats.size - tracked
+        if self.interest.overfull:
+            self.rebuild_interest()
         hs.rows.append(table)
         hs.queue.push(hs.hi - n, n, self._p, nbytes)
         hs.live += n
@@ -460,6 +478,7 @@ class SemiStreamJoin:
             cache.index.used,
             cache.empties.keys,
             cache.empties.used,
+            self.interest.bits,
         )
         self._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
         if len(sb):
@@ -525,6 +544,9 @@ class SemiStreamJoin:
         if not len(keys):
             return
         self.cache.add_empties(keys, self._rc)
+        self.interest.add(keys)
+        if self.interest.overfull:
+            self.rebuild_interest()
         hs = self.hs
         slots, which = hs_remove(hs.hix, hs.htag, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
         hs.values -= len(np.unique(which))
@@ -629,6 +651,7 @@ class SemiStreamJoin:
 
         op = cls(spec, master, stream_schema, master_schema, cost_model)
         persist.load(op, store, checkpoint_id)
+        op.rebuild_interest()
         return op
 
     # ------------------------------------------------------------------ reporting
@@ -640,7 +663,7 @@ class SemiStreamJoin:
             queue=self.hs.queue.nbytes,
             disk_buffer=self._disk_buffer_bytes,
             switching_buffer=self._sb_bytes,
-            key_table=self.stats.nbytes,
+            key_table=self.stats.nbytes + self.interest.nbytes,
             stream_buffer=self._buffer_bytes,
             entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
             transient=self._transient,
