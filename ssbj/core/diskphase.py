@@ -75,7 +75,7 @@ def disk_probe(
     b = mkeys.shape[0]
     pm = np.empty(min(b, 1024), dtype=np.int64)
     psl = np.empty(min(b, 1024), dtype=np.int64)
-    look = fsm == INCREMENTING or fsm == SWITCHING or refresh
+    look = (fsm == INCREMENTING) | (fsm == SWITCHING) | refresh
     sb = np.empty(0, dtype=np.int64)
     rf_row = np.empty(0, dtype=np.int64)
     rf_slot = np.empty(0, dtype=np.int64)
