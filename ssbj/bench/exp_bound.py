@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.bench.datagen import SyntheticStream, key_stats, synthetic_master
-from ssbj.bench.experiments import Bench, Dataset, Json, _ratio
+from ssbj.bench.harness import Bench, Dataset, Json, RunConfig, _ratio
 from ssbj.core.bound import key_distribution, memory_optimal_bound
 
 SAMPLE_ROWS = 1 << 22  # stream tuples the empirical key distribution is taken from
@@ -91,6 +91,11 @@ def bound_point(bench: Bench, ds: Dataset, frac: float) -> Json:
         r["budget_bytes_per_waiting_tuple"] = budget / max(r["hs_tuples_mean"], 1.0)
         r["hs_bytes_per_waiting_tuple"] = r["memory_components_mean"].get("h_s", 0.0) / max(r["hs_tuples_mean"], 1.0)
         r["c_loop_per_tuple"] = r["c_loop_mean"] / max(r["w_per_step"], 1e-9)
+    # MESHJOIN at SSBJ's w (fixed chunk of the same bytes, no budget): c_loop at equal w
+    same_w = RunConfig("meshjoin", pt["partition_rows"], chunk_bytes=max(1, int(s["w_per_step"] * ds.v_s)))
+    mw = bench.run(ds, same_w)
+    out["meshjoin_same_w"] = {k: mw[k] for k in ("w_per_step", "c_loop_mean", "service_rate", "partitions")}
+    out["c_loop_ratio_same_w"] = _ratio(s["c_loop_mean"], mw["c_loop_mean"])
     ratio = pt["ratio_service_rate"]
     out["efficiency"] = ratio / bound.ratio if ratio is not None and math.isfinite(bound.ratio) else None
     out["meshjoin_vs_own_bound"] = m["tuples_per_r_cycle"] / bound.n_meshjoin

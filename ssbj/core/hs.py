@@ -37,7 +37,7 @@ INDEX_SLOT = 5  # bytes per index slot: slot (4) and hash tag (1)
 
 # Fields of the value-statistics payload (see ssbj.core.stats).
 ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
-ST_SINCE = 1  # step at which tracking began
+ST_SINCE = 1  # when tracking began: 2 x R-cycle, + 1 unless at the R-cycle's first step
 ST_LAST = 2  # last R-cycle the value entered H_S
 ST_DECIDED = 3  # R-cycle of the switching decision
 ST_SWITCH = 4  # 1 while the value's rows are collected in s_B
@@ -157,7 +157,7 @@ def hs_insert(
     st_used: np.ndarray,
     st_pay: np.ndarray,
     st_meta: np.ndarray,
-    step: int,
+    since: int,
     rc: int,
     ibits: np.ndarray,
 ) -> int:  # pragma: no cover
@@ -193,7 +193,7 @@ def hs_insert(
                 st_used[j] = True
                 st_keys[j] = key
                 st_pay[j, ST_ROWS] = 0
-                st_pay[j, ST_SINCE] = step
+                st_pay[j, ST_SINCE] = since
                 st_pay[j, ST_LAST] = rc
                 st_pay[j, ST_DECIDED] = -1
                 st_pay[j, ST_SWITCH] = 0

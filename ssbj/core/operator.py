@@ -423,7 +423,8 @@ class SemiStreamJoin:
                 st.used,
                 st.payload,
                 self.stats.meta,
-                self._step,
+                # when tracking began: 2 rc, +1 unless at the R-cycle's first step (int32-safe)
+                2 * self._rc + (0 if self._step == self._cycle_start.get(self._rc, -1) else 1),
                 self._rc,
                 self.interest.bits,
             )
@@ -451,7 +452,8 @@ class SemiStreamJoin:
             return
         hs, st, cache = self.hs, self.stats.table, self.cache
         refresh = self._use_cache and (cache.values + cache.empty_values) > 0
-        eligible = self._cycle_start.get(self._rc - 1, -1) if fsm == 2 else -1
+        # tracked since the first step of the incrementing R-cycle (rc - 1) or before
+        eligible = 2 * (self._rc - 1) if fsm == 2 else -1
         pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
             mk.values,
             mk.valid,

@@ -50,7 +50,7 @@ class ValueStats:
     """The candidates' s_count, tracking start, last sighting and switching state."""
 
     def __init__(self, max_values: int = 1 << 16) -> None:
-        self.table = KeyedTable(ST_FIELDS, np.int64, capacity_for(64))
+        self.table = KeyedTable(ST_FIELDS, np.int32, capacity_for(64))
         self.meta = np.array([0, 0], dtype=np.int64)  # entries, most entries the kernels may add
         self.max_values = max_values
         self._set_limit()
@@ -75,7 +75,7 @@ class ValueStats:
         if self.size < 0.8 * self.meta[1] or self.meta[1] >= self.max_values:
             return
         want = capacity_for(2 * self.size + 64)
-        per = KeyedTable.bytes_for(1, ST_FIELDS, 8)
+        per = KeyedTable.bytes_for(1, ST_FIELDS, 4)
         want = min(want, max(t.cap, max_bytes // per))
         if want > t.cap:
             t.resize(want)
@@ -85,7 +85,7 @@ class ValueStats:
         """Shrink the table (dropping no entry) toward ``max_bytes``."""
         t = self.table
         t.size = self.size
-        per = KeyedTable.bytes_for(1, ST_FIELDS, 8)
+        per = KeyedTable.bytes_for(1, ST_FIELDS, 4)
         cap = max(capacity_for(self.size, MAX_LOAD), max_bytes // per, 16)
         if cap < t.cap:
             t.resize(cap)
