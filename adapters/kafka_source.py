@@ -2,7 +2,7 @@
 
 Spark's own Kafka connector is a JVM jar; this module reads Kafka with confluent-kafka instead::
 
-    from adapters.kafka_source import KafkaDataSource
+    from ssbj.adapters.kafka_source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
     df = (

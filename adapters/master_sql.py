@@ -1,6 +1,6 @@
 """R read from a database table, partition by partition, over fixed key ranges of one column.
 
-:class:`SqlMasterScan` implements :class:`ssbj.pipeline.contracts.CheckpointedMasterScan`
+:class:`SqlMasterScan` implements :class:`ssbj.contracts.CheckpointedMasterScan`
 for any SQLAlchemy URL (MariaDB/MySQL via PyMySQL, PostgreSQL via psycopg, SQLite).
 
 Partitioning.  The *page column* is a unique, non-null column (by default the single-column
@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
-from adapters.sql_common import (
+from ssbj.adapters.sql_common import (
     RetryPolicy,
     SqlRunner,
     arrow_type_for_sql,

@@ -25,8 +25,8 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
 from ssbj.errors import ConfigError, InputError
-from ssbj.pipeline.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, Connection, Engine
 
-from adapters.sql_common import RetryPolicy, SqlRunner, make_engine, safe_url, split_table_name
+from ssbj.adapters.sql_common import RetryPolicy, SqlRunner, make_engine, safe_url, split_table_name
+from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
 from ssbj.errors import ConfigError, InputError, TerminalError
-from ssbj.pipeline.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import sqlalchemy as sa  # noqa: E402
 from svc_mariadb import launch  # noqa: E402
 from test_sink_bulk import _table  # noqa: E402  (8 columns incl. escaped strings, decimals, timestamps)
 
-from adapters.master_sql import SqlMasterScan  # noqa: E402
-from adapters.sink_sql import SqlTableSink  # noqa: E402
+from ssbj.adapters.master_sql import SqlMasterScan  # noqa: E402
+from ssbj.adapters.sink_sql import SqlTableSink  # noqa: E402
 
 
 def _time(fn: Callable[[], object]) -> float:

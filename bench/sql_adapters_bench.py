@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from adapters.master_sql import SqlMasterScan  # noqa: E402
-from adapters.sink_sql import SqlTableSink  # noqa: E402
+from ssbj.adapters.master_sql import SqlMasterScan  # noqa: E402
+from ssbj.adapters.sink_sql import SqlTableSink  # noqa: E402
 
 ARROW_TYPES = {
     "decimal": [pa.int32(), pa.int32(), pa.string(), pa.decimal128(12, 2)],

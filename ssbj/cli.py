@@ -25,35 +25,32 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ssbj.contracts import OperatorTotals
 from ssbj.core import (
     ArrowMaster,
     CostConstants,
     CostModel,
-    JoinSpec,
     MemoryPlan,
     SemiStreamJoin,
     StepMetrics,
-    plan_memory,
 )
 from ssbj.core.keys import check_compatible, key_family
-from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.pipeline.commands import add_commands
+from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, estimate_row_bytes, plan_join
 from ssbj.units import parse_size
 
 PROG = "ssbj"
-DEFAULT_MEMORY = "64MB"
+_ALGORITHMS: tuple[Literal["ssbj", "meshjoin"], ...] = ("ssbj", "meshjoin")
 DEFAULT_BATCH_ROWS = 100_000
 _CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
-_SAMPLE_ROWS = 65_536  # rows used to estimate v_S and v_R
 _ROW_GROUP_ROWS = 1 << 17  # enriched rows buffered before a Parquet row group is written
-_FALLBACK_ROW_BYTES = 64.0  # v_S / v_R when a file has no rows to measure
 
 
 class _UsageError(Exception):
@@ -204,16 +201,6 @@ def _check_key_types(stream_schema: pa.Schema, skey: str, master_schema: pa.Sche
         ) from exc
 
 
-def _mean_row_bytes(table: pa.Table) -> float:
-    """Mean Arrow bytes per row over an evenly spaced sample of ``table``."""
-    n = table.num_rows
-    if n == 0 or table.num_columns == 0:
-        return _FALLBACK_ROW_BYTES
-    if n > _SAMPLE_ROWS:
-        table = table.take(np.linspace(0, n - 1, _SAMPLE_ROWS).astype(np.int64))
-    return float(row_nbytes(table).mean())
-
-
 # ---------------------------------------------------------------------- run bookkeeping
 @dataclass
 class _RunStats:
@@ -315,21 +302,22 @@ def _cmd_join(args: argparse.Namespace) -> int:
     del master_csv
 
     first = next(batches, None)
-    v_s = _mean_row_bytes(first.slice(0, _SAMPLE_ROWS)) if first is not None else _FALLBACK_ROW_BYTES
-    v_r = _mean_row_bytes(master.select(proj))
-    plan = plan_memory(budget, master.num_rows, v_s, v_r, model)
-    spec = JoinSpec(
+    v_s = estimate_row_bytes(stream_schema, first)
+    v_r = estimate_row_bytes(master.select(proj).schema, master.select(proj))
+    settings = JoinSettings(
         stream_key=args.stream_key,
         master_key=args.master_key,
         master_columns=tuple(proj),
         algorithm=args.algorithm,
-        chunk_bytes=max(1, plan.chunk_bytes),
         memory_budget=budget,
         switch_factor=args.switch_factor,
     )
+    joined = plan_join(settings, v_s, master.num_rows, v_r, model)
+    plan = joined.memory
+    assert plan is not None  # noqa: S101  (b and w are both planned here)
     op = SemiStreamJoin(
-        spec,
-        ArrowMaster(master, plan.partition_rows),
+        joined.spec,
+        ArrowMaster(master, joined.partition_rows),
         stream_schema,
         master.schema,
         cost_model=model,
@@ -349,7 +337,7 @@ def _cmd_join(args: argparse.Namespace) -> int:
             "output": str(out_path),
             "rows_written": rows_written,
             "wall_seconds": wall,
-            "totals": totals,
+            "totals": totals.to_dict(),
             "memory_plan": _plan_dict(plan, budget, v_s, v_r),
             "memory": {"budget_bytes": budget, "end": op.memory().to_dict(), "peak": stats.peak},
             "c_loop": stats.c_loop_summary(),
@@ -357,11 +345,11 @@ def _cmd_join(args: argparse.Namespace) -> int:
         print(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:
         print(
-            f"{PROG} join ({args.algorithm}): {totals['tuples_in']:,} stream rows -> "
+            f"{PROG} join ({args.algorithm}): {totals.tuples_in:,} stream rows -> "
             f"{rows_written:,} enriched rows in {out_path} "
-            f"({totals['matched_source_rows']:,} matched, {totals['unmatched_source_rows']:,} "
-            f"unmatched); {wall:.2f} s, service rate {totals['service_rate']:,.0f} tuples/s, "
-            f"cache share {totals['cache_share']:.1%}, memory {_fmt_bytes(budget)} "
+            f"({totals.matched_source_rows:,} matched, {totals.unmatched_source_rows:,} "
+            f"unmatched); {wall:.2f} s, service rate {totals.service_rate:,.0f} tuples/s, "
+            f"cache share {totals.cache_share:.1%}, memory {_fmt_bytes(budget)} "
             f"(b={plan.partition_rows:,}, k={plan.partitions})"
         )
     return 0
@@ -422,27 +410,13 @@ class _DemoRun:
     enriched: int
     unmatched: int
     seconds: float
-    totals: dict[str, float | int]
+    totals: OperatorTotals
     stats: _RunStats
 
 
-def _demo_run(
-    algorithm: str,
-    stream: pa.Table,
-    master: pa.Table,
-    plan: MemoryPlan,
-    budget: int,
-    batch_rows: int,
-) -> _DemoRun:
+def _demo_run(algorithm: str, stream: pa.Table, master: pa.Table, plan: JoinPlan, batch_rows: int) -> _DemoRun:
     """One algorithm over the demo data, counting (not keeping) the output."""
-    spec = JoinSpec(
-        stream_key="sk",
-        master_key="mk",
-        algorithm="ssbj" if algorithm == "ssbj" else "meshjoin",
-        chunk_bytes=max(1, plan.chunk_bytes),
-        memory_budget=budget,
-    )
-    op = SemiStreamJoin(spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema)
+    op = SemiStreamJoin(plan.spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema)
     stats = _RunStats(keep_cycles=True)
     enriched = unmatched = 0
     t0 = time.perf_counter()
@@ -479,9 +453,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     stream, master = generate_synthetic(args.master_rows, args.rows, args.skew, seed=args.seed)
     gen_s = time.perf_counter() - t0
-    v_s = _mean_row_bytes(stream)
-    v_r = _mean_row_bytes(master)
-    plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel())
+    v_s = estimate_row_bytes(stream.schema, stream)
+    v_r = estimate_row_bytes(master.schema, master)
+    plans: dict[str, JoinPlan] = {
+        a: plan_join(JoinSettings("sk", "mk", algorithm=a, memory_budget=budget), v_s, master.num_rows, v_r)
+        for a in _ALGORITHMS
+    }
+    plan = plans["ssbj"].memory
+    assert plan is not None  # noqa: S101
     print(
         f"{PROG} demo: R = {master.num_rows:,} master rows, {stream.num_rows:,} stream rows, "
         f"skew {args.skew:g}, generated in {gen_s:.1f} s"
@@ -491,22 +470,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         f"partition, k = {plan.partitions}, chunk {plan.chunk_bytes:,} B "
         f"(v_S = {v_s:.0f} B, v_R = {v_r:.0f} B)"
     )
-    algorithms = ["ssbj", "meshjoin"] if args.algorithm == "both" else [args.algorithm]
-    runs = [_demo_run(a, stream, master, plan, budget, args.batch_rows) for a in algorithms]
+    algorithms = list(_ALGORITHMS) if args.algorithm == "both" else [args.algorithm]
+    runs = [_demo_run(a, stream, master, plans[a], args.batch_rows) for a in algorithms]
     print()
     for r in runs:
         t = r.totals
         print(
             f"{r.algorithm:<9} enriched {r.enriched:>12,}  unmatched {r.unmatched:>10,}  "
-            f"cache share {t['cache_share']:>6.1%}  service rate {t['service_rate']:>12,.0f} "
-            f"tuples/s  ({r.seconds:.1f} s, {t['steps']:,} steps, {t['r_cycles']:,} R-cycles, "
+            f"cache share {t.cache_share:>6.1%}  service rate {t.service_rate:>12,.0f} "
+            f"tuples/s  ({r.seconds:.1f} s, {t.steps:,} steps, {t.r_cycles:,} R-cycles, "
             f"peak memory {_fmt_bytes(r.stats.peak.get('total', 0))})"
         )
     rc = 0
     if len(runs) == 2:
         ssbj_run, mesh_run = runs
-        mu_mesh = float(mesh_run.totals["service_rate"])
-        ratio = float(ssbj_run.totals["service_rate"]) / mu_mesh if mu_mesh > 0 else math.inf
+        mu_mesh = float(mesh_run.totals.service_rate)
+        ratio = float(ssbj_run.totals.service_rate) / mu_mesh if mu_mesh > 0 else math.inf
         print(f"service rate SSBJ / MESHJOIN: {ratio:.2f}x")
         if ssbj_run.enriched == mesh_run.enriched:
             print(f"check: both algorithms produced {ssbj_run.enriched:,} enriched rows")
@@ -608,8 +587,6 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.set_defaults(handler=_cmd_bench, accepts_extra=True)
-
-    from ssbj.pipeline.commands import add_commands
 
     add_commands(sub)
     return parser

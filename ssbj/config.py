@@ -14,9 +14,19 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyarrow as pa
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ssbj.errors import ConfigError
+from ssbj.planning import DEFAULT_MEMORY, JoinSettings
 from ssbj.units import parse_size
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
@@ -298,32 +308,32 @@ class Master(Database):
         return v
 
 
+def _size(v: Any) -> int:
+    """Parse a size once, at validation (``512MiB`` -> bytes); a bare int is bytes already."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"expected a size such as 512MiB or 64MB, got {type(v).__name__}")
+    try:
+        return parse_size(v, "size")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Join(_Model):
     """How to join."""
 
     stream_key: str
     algorithm: Literal["ssbj", "meshjoin"] = "ssbj"
     type: Literal["inner", "left"] = "inner"
-    memory: str = "256MiB"
+    memory: Annotated[int, BeforeValidator(_size)] = Field(
+        parse_size(DEFAULT_MEMORY), description="operator budget in bytes; written as 512MiB, 64MB, ..."
+    )
     switch_factor: Annotated[float, Field(gt=0)] = 1.0
     eviction_interval: Annotated[int, Field(ge=1)] = 10
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream tuples per step (w); default: derived from the memory budget"
     )
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, v: str) -> str:
-        try:
-            parse_size(v, "size")
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
-        return v
-
-    @property
-    def memory_bytes(self) -> int:
-        """The memory budget in bytes."""
-        return parse_size(self.memory, "join.memory")
 
 
 class DatabaseSink(Database):
@@ -450,6 +460,23 @@ class JobConfig(_Model):
     def operator_checkpoint(self) -> str:
         """The operator's checkpoint directory (next to Spark's)."""
         return str(Path(self.checkpoint) / "operator")
+
+    def join_settings(self, master_schema: pa.Schema | None = None) -> JoinSettings:
+        """Return the join's settings; without ``master.columns``, every column of ``master_schema``."""
+        m, j = self.master, self.join
+        cols = tuple(m.columns) if m.columns is not None else tuple(master_schema.names if master_schema else ())
+        return JoinSettings(
+            stream_key=j.stream_key,
+            master_key=m.key,
+            master_columns=cols or (m.key,),
+            algorithm=j.algorithm,
+            join_type=j.type,
+            memory_budget=j.memory,
+            switch_factor=j.switch_factor,
+            eviction_interval=j.eviction_interval,
+            partition_rows=m.partition_rows,
+            step_rows=j.step_rows,
+        )
 
 
 def _format_errors(exc: ValidationError, origin: str) -> str:

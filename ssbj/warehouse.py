@@ -15,9 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from ssbj.adapters.sink_sql import sql_type_for_arrow
+from ssbj.contracts import BATCH_ID_COLUMN, DEAD_LETTER_SCHEMA, SEGMENT_COLUMN
+from ssbj.core.operator import master_output_names
 from ssbj.errors import ConfigError
-from ssbj.pipeline.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
-from ssbj.pipeline.records import DEAD_LETTER_SCHEMA
 
 DIALECTS: dict[str, sa.Dialect] = {
     "mysql": mysql.dialect(is_mariadb=True),  # type: ignore[no-untyped-call]  # quotes MariaDB's reserved words too
@@ -30,7 +31,6 @@ _MYSQL_OPTS: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf
 
 
 def _sql_type(t: pa.DataType, name: str) -> sa.types.TypeEngine[Any]:
-    from adapters.sink_sql import sql_type_for_arrow
 
     st = sql_type_for_arrow(t)
     if st is None:
@@ -173,8 +173,6 @@ def output_schema(stream: pa.Schema, master: pa.Schema, columns: list[str]) -> p
 
     The operator's naming, keeping the master columns' nullability for the DDL.
     """
-    from ssbj.core.operator import master_output_names
-
     names = master_output_names(stream.names, columns)
     fields = [
         pa.field(n, master.field(c).type, nullable=master.field(c).nullable)

@@ -35,7 +35,7 @@ def _error(data: Any) -> str:
 
 def test_valid_file_gives_typed_settings() -> None:
     cfg = parse_config(_base(join={"stream_key": "k", "memory": "1.5GiB"}))
-    assert cfg.join.memory_bytes == 3 * 2**29
+    assert cfg.join.memory == 3 * 2**29
     assert cfg.stream_schema.field("amt").type.precision == 12
     assert cfg.trigger.mode == "available-now"
     assert cfg.spark_checkpoint.endswith("/spark") and cfg.operator_checkpoint.endswith("/operator")

@@ -19,7 +19,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from svc_kafka import TansuBroker
 
-from adapters.kafka_source import (
+from ssbj.adapters.kafka_source import (
     KAFKA_SCHEMA,
     KafkaDataSource,
     KafkaRange,
@@ -244,7 +244,7 @@ def test_outage_is_retried_then_fails_clearly_and_a_rerun_loses_nothing(
     reader = _reader(kafka_broker.bootstrap, topic, **fast_fail, **secret)
     kafka_broker.stop()
     try:
-        caplog.set_level(logging.WARNING, logger="adapters.kafka_source")
+        caplog.set_level(logging.WARNING, logger="ssbj.adapters.kafka_source")
         with pytest.raises(KafkaSourceError, match="after 3 attempts") as err:
             reader.latestOffset({"0": 0, "1": 0}, ReadAllAvailable())
         assert kafka_broker.bootstrap in str(err.value) and topic in str(err.value)

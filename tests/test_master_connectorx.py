@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 from svc_mariadb import MariaDBServer
 
-from adapters.master_sql import SqlMasterScan
-from adapters.sql_common import RetryPolicy
+from ssbj.adapters.master_sql import SqlMasterScan
+from ssbj.adapters.sql_common import RetryPolicy
 from ssbj.errors import ConfigError
 
 pytest.importorskip("connectorx")

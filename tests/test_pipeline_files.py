@@ -93,7 +93,7 @@ def test_csv_landing_left_join_processing_time_with_idle_drain(spark: Any, tmp_p
     assert _got(tmp_path / "out") == expected
     dl = ds.dataset(tmp_path / "dl", format="parquet").to_table()
     assert dl.column("line").to_pylist() == [11]
-    assert job.processor.reconcile()["waiting"] == 0
+    assert job.processor.counts().waiting == 0
 
 
 def test_parquet_landing_available_now_inner_join_twice_is_idempotent(spark: Any, tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_parquet_landing_available_now_inner_join_twice_is_idempotent(spark: Any
     summary = EnrichmentJob(cfg, spark=spark).run()
     expected = Counter({r: c for r, c in _expected(orders, master).items() if r[3] is not None})
     assert _got(tmp_path / "out") == expected
-    assert summary.counts["dead_letters"] == 1 and summary.counts["waiting"] == 0
+    assert summary.counts.dead_letters == 1 and summary.counts.waiting == 0
     again = EnrichmentJob(cfg, spark=spark).run()
     assert again.batches == 0
     assert _got(tmp_path / "out") == expected

@@ -229,4 +229,4 @@ def test_outages_of_database_and_broker_lose_nothing_with_retries_and_query_rest
     engine.dispose()  # its pooled connections died with the server
     expected, _ = _expected(messages, master)
     assert _warehouse(engine, "enriched_outage") == expected
-    assert summary.counts["waiting"] == 0
+    assert summary.counts.waiting == 0

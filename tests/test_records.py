@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ssbj.pipeline.records import DEAD_LETTER_SCHEMA, decode_files, decode_kafka
+from ssbj.contracts import DEAD_LETTER_SCHEMA
+from ssbj.pipeline.records import decode_files, decode_kafka
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("amt", pa.float64()), ("note", pa.string())])
 

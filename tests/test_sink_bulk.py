@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from svc_mariadb import MariaDBServer
 
-from adapters.sink_sql import SqlTableSink
+from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.errors import InputError
 
 TRICKY = [

@@ -23,13 +23,13 @@ import sqlalchemy as sa
 from reference import as_multiset, batch_join
 from svc_mariadb import PASSWORD, MariaDBServer
 
-from adapters.master_sql import SqlMasterScan, decode_value, encode_value
-from adapters.sink_parquet import SCHEMA_FILE, ParquetDirSink, file_name
-from adapters.sink_sql import SqlTableSink
-from adapters.sql_common import RetryPolicy, is_transient
+from ssbj.adapters.master_sql import SqlMasterScan, decode_value, encode_value
+from ssbj.adapters.sink_parquet import SCHEMA_FILE, ParquetDirSink, file_name
+from ssbj.adapters.sink_sql import SqlTableSink
+from ssbj.adapters.sql_common import RetryPolicy, is_transient
+from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, CheckpointedMasterScan, WarehouseSink
 from ssbj.core import JoinSpec, SemiStreamJoin
 from ssbj.errors import ConfigError, InputError, TerminalError, TransientError
-from ssbj.pipeline.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, CheckpointedMasterScan, WarehouseSink
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_backoff=0.01, max_backoff=0.02)
 
@@ -326,7 +326,7 @@ def test_growth_warning_once_per_partition_per_cycle(engine: sa.Engine, caplog: 
     assert scan.num_partitions() == 3
     with engine.begin() as conn:  # 45 new rows between the first two boundaries: partition 1 holds 55 > 4 b
         conn.execute(sa.insert(t), [{"id": 10_011 + i, "k": 1, "name": "new", "amount": 0} for i in range(45)])
-    caplog.set_level(logging.WARNING, logger="adapters.master_sql")
+    caplog.set_level(logging.WARNING, logger="ssbj.adapters.master_sql")
     for _cycle in range(2):
         for p in range(scan.num_partitions()):
             scan.read_partition(p)

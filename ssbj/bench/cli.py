@@ -386,7 +386,7 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def _plots(exps: dict[str, Json], out: Path) -> list[Path]:
-    from ssbj.bench.plots import plot_all  # matplotlib only when plotting
+    from ssbj.bench.plots import plot_all  # optional extra (matplotlib): imported only when plotting
 
     return plot_all(exps, out)
 

@@ -61,6 +61,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ssbj.adapters.master_sql import SqlMasterScan
+from ssbj.adapters.sink_sql import SqlTableSink
+from ssbj.config import arrow_type, parse_config
+from ssbj.core.operator import SemiStreamJoin
+from ssbj.pipeline.job import EnrichmentJob, decoder, source_frame
+
 log = logging.getLogger("ssbj.bench.pipeline")
 
 Json = dict[str, Any]
@@ -620,7 +626,6 @@ class PartitionReadCounter:
         self._orig: Any = None
 
     def __enter__(self) -> PartitionReadCounter:
-        from adapters.master_sql import SqlMasterScan
 
         self._orig = orig = SqlMasterScan.read_partition
         counter = self
@@ -639,7 +644,6 @@ class PartitionReadCounter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from adapters.master_sql import SqlMasterScan
 
         SqlMasterScan.read_partition = self._orig  # type: ignore[method-assign]
 
@@ -699,7 +703,6 @@ class StepRecorder:
             )
 
     def __enter__(self) -> StepRecorder:
-        from ssbj.core.operator import SemiStreamJoin
 
         self._orig = orig = SemiStreamJoin.step
         rec = self
@@ -713,7 +716,6 @@ class StepRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from ssbj.core.operator import SemiStreamJoin
 
         SemiStreamJoin.step = self._orig  # type: ignore[method-assign]
 
@@ -827,9 +829,6 @@ class Bench:
 
     def warm_up(self) -> None:
         """Run a small ssbj job once, unmeasured: Spark's Python workers, the Kafka source, numba kernels, sinks."""
-        from ssbj.config import parse_config
-        from ssbj.pipeline.job import EnrichmentJob
-
         n_cust, n_orders = 2_000, 4_000
         conn = self.db.root(DB_NAME)
         with conn.cursor() as cur:
@@ -925,9 +924,6 @@ class Bench:
     # ------------------------------------------------------------------ ssbj / meshjoin
     def run_job(self, algorithm: str) -> MethodResult:
         """Run the ssbj job (``ssbj`` or ``meshjoin``) over the whole topic into a fresh warehouse table."""
-        from ssbj.config import parse_config
-        from ssbj.pipeline.job import EnrichmentJob
-
         table = f"wh_{algorithm}"
         self._drop(table, f"{table}_dead")
         shutil.rmtree(self.workdir / f"ck-{table}", ignore_errors=True)
@@ -963,23 +959,23 @@ class Bench:
             raise RuntimeError("the job ran no operator")
         totals = op.totals()
         master = job.processor.master
-        res.tuples = int(summary.counts["records_in"])
+        res.tuples = summary.counts.records_in
         res.setup_seconds = t1 - t0
         res.wall_seconds = t2 - t1
         res.tuples_per_second = res.tuples / res.wall_seconds
-        res.join_service_rate = float(totals["service_rate"])
+        res.join_service_rate = float(totals.service_rate)
         phases: dict[str, float] = {}
         for p in progress:
             for k, v in p["seconds"].items():
                 phases[k] = phases.get(k, 0.0) + float(v)
-        phases["operator_busy"] = float(totals["busy_seconds"])
+        phases["operator_busy"] = float(totals.busy_seconds)
         phases["master_partition_reads"] = reads.seconds
         res.phase_seconds = phases
         mem_totals = [int(p["memory"]["total"]) for p in progress]
         mem_with_buf = [int(p["memory"]["total"]) + int(p["memory"]["stream_buffer"]) for p in progress]
         peak_i = int(np.argmax(mem_totals)) if mem_totals else None
         res.memory = {
-            "budget_bytes": cfg.join.memory_bytes,
+            "budget_bytes": cfg.join.memory,
             "operator_peak_bytes": max(mem_totals) if mem_totals else None,
             "operator_peak_with_stream_buffer_bytes": max(mem_with_buf) if mem_with_buf else None,
             "operator_peak_components": progress[peak_i]["memory"] if peak_i is not None else None,
@@ -997,11 +993,11 @@ class Bench:
         res.details = {
             "batches": summary.batches,
             "restarts": summary.restarts,
-            "counts": summary.counts,
+            "counts": summary.counts.to_dict(),
             "partition_rows_b": master.partition_rows if master is not None else None,
             "partitions_k": master.num_partitions() if master is not None else None,
-            "r_cycles": int(totals["r_cycles"]),
-            "steps": int(totals["steps"]),
+            "r_cycles": int(totals.r_cycles),
+            "steps": int(totals.steps),
             "cache_share": float(totals["cache_share"]),
             "served_by_cache": int(totals["served_by_cache"]),
             "served_by_disk": int(totals["served_by_disk"]),
@@ -1022,10 +1018,6 @@ class Bench:
     # ------------------------------------------------------------------ lookup join (Flink-style)
     def run_lookup(self, batched_in: bool) -> MethodResult:
         """Run the Flink-style lookup join (per-key point queries, or batched IN lists)."""
-        from adapters.sink_sql import SqlTableSink
-        from ssbj.config import parse_config
-        from ssbj.pipeline.job import decoder, source_frame
-
         method = "lookup_lru_in" if batched_in else "lookup_lru"
         table = f"wh_{method}"
         self._drop(table)
@@ -1034,7 +1026,7 @@ class Bench:
         restore_hot(self.db, self.data.hot_keys)
         res = MethodResult(method, LABELS[method])
         cfg = parse_config(self.job_config("ssbj", table), f"bench {method}")
-        max_rows = max(1, int(cfg.join.memory_bytes // self.data.master_row_bytes))
+        max_rows = max(1, int(cfg.join.memory // self.data.master_row_bytes))
         cache = LruTtlCache(max_rows, self.scale.ttl_s)
         st = self._staleness()
         decode = decoder(cfg)
@@ -1143,7 +1135,7 @@ class Bench:
         res.phase_seconds = {"decode": state["decode"], "lookup": state["lookup"], "write": state["write"]}
         entry_bytes = cache.entry_bytes_estimate()
         res.memory = {
-            "budget_bytes": cfg.join.memory_bytes,
+            "budget_bytes": cfg.join.memory,
             "cache_max_rows": max_rows,
             "cache_peak_entries": state["max_entries"],
             "cache_peak_bytes_at_arrow_row_size": int(state["max_entries"] * self.data.master_row_bytes),
@@ -1170,9 +1162,6 @@ class Bench:
     def run_spark_static(self) -> MethodResult:
         """Run the Spark stream-static join (whole master re-read through JDBC per micro-batch)."""
         from pyspark.sql import functions as F
-
-        from ssbj.config import parse_config
-        from ssbj.pipeline.job import source_frame
 
         method = "spark_static"
         table = f"wh_{method}"
@@ -1381,7 +1370,6 @@ class Bench:
 
 
 def _arrow(name: str) -> pa.DataType:
-    from ssbj.config import arrow_type
 
     return arrow_type(name)
 

@@ -1,40 +1,14 @@
-"""The master-scan protocol: R read partition by partition, cyclically."""
+"""R held in memory as an Arrow table; the :class:`MasterScan` protocol itself is in :mod:`ssbj.contracts`."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 import pyarrow as pa
 
+from ssbj.contracts import MasterScan
 from ssbj.core.arrowtypes import plain_table
 from ssbj.errors import ConfigError
 
-
-@runtime_checkable
-class MasterScan(Protocol):
-    """Partition ``p`` of R, ``partition_rows`` (b) tuples each, k partitions per R-cycle."""
-
-    @property
-    def partition_rows(self) -> int:
-        """B: master tuples per partition (disk-buffer size)."""
-        ...
-
-    @property
-    def num_rows(self) -> int:
-        """R_t: master tuples in R."""
-        ...
-
-    def num_partitions(self) -> int:
-        """K: partitions in one R-cycle (read at the start of every R-cycle)."""
-        ...
-
-    def read_partition(self, p: int) -> pa.Table:
-        """Load partition ``p`` (0 <= p < k) into the disk buffer."""
-        ...
-
-    def repartition(self, partition_rows: int) -> MasterScan:
-        """Return the same R, scanned in partitions of ``partition_rows`` tuples."""
-        ...
+__all__ = ["ArrowMaster", "MasterScan"]
 
 
 class ArrowMaster:

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ssbj.contracts import OperatorTotals
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import plain_schema, plain_table
 from ssbj.core.cache import HR_LEN, HR_START, Cache, cache_probe, expand_hits
@@ -720,23 +721,23 @@ class SemiStreamJoin:
             memory=mem,
         )
 
-    def totals(self) -> dict[str, float | int]:
+    def totals(self) -> OperatorTotals:
         """Run-level counters; ``tuples_in == matched + unmatched + waiting`` always holds."""
         c = self._c
-        return {
-            "tuples_in": c.tuples_in,
-            "matched_source_rows": c.matched,
-            "unmatched_source_rows": c.unmatched,
-            "waiting": self.waiting_tuples,
-            "null_keys": c.null_keys,
-            "served_by_cache": c.served_cache,
-            "served_by_disk": c.served_disk,
-            "output_rows": c.output_rows,
-            "steps": c.steps,
-            "r_cycles": self._rc,
-            "switched_in": c.switched_in,
-            "evicted": c.evicted,
-            "busy_seconds": c.busy_seconds,
-            "service_rate": (c.served_cache + c.served_disk + c.null_keys) / c.busy_seconds if c.busy_seconds else 0.0,
-            "cache_share": c.served_cache / max(1, c.served_cache + c.served_disk + c.null_keys),
-        }
+        return OperatorTotals(
+            tuples_in=c.tuples_in,
+            matched_source_rows=c.matched,
+            unmatched_source_rows=c.unmatched,
+            waiting=self.waiting_tuples,
+            null_keys=c.null_keys,
+            served_by_cache=c.served_cache,
+            served_by_disk=c.served_disk,
+            output_rows=c.output_rows,
+            steps=c.steps,
+            r_cycles=self._rc,
+            switched_in=c.switched_in,
+            evicted=c.evicted,
+            busy_seconds=c.busy_seconds,
+            service_rate=(c.served_cache + c.served_disk + c.null_keys) / c.busy_seconds if c.busy_seconds else 0.0,
+            cache_share=c.served_cache / max(1, c.served_cache + c.served_disk + c.null_keys),
+        )

@@ -15,9 +15,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ssbj.adapters.sql_common import arrow_type_for_sql, make_engine
 from ssbj.config import DatabaseSink, JobConfig
+from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts
 from ssbj.errors import ConfigError
-from ssbj.pipeline.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
 from ssbj.warehouse import REASON_COLUMN, RUN_ID_COLUMN, audit_table, published_table, quarantine_table
 
 
@@ -61,8 +62,6 @@ class Warehouse:
         assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101  (checked by gate_table_names)
         self.cfg = cfg
         if engine is None:
-            from adapters.sql_common import make_engine
-
             engine = make_engine(cfg.sink.resolve().get_secret_value())[0]
         self.engine = engine
         self.enriched_name = cfg.sink.table
@@ -76,8 +75,6 @@ class Warehouse:
 
     def _gate_tables(self) -> tuple[sa.Table, sa.Table, sa.Table]:
         import pyarrow as pa
-
-        from adapters.sql_common import arrow_type_for_sql
 
         src = self.enriched()
 
@@ -126,7 +123,7 @@ class Warehouse:
             )
         return RunRange(start, start)
 
-    def finish_run(self, run_id: str, end: tuple[int, int], counts: dict[str, int], seconds: float) -> None:
+    def finish_run(self, run_id: str, end: tuple[int, int], counts: RunCounts, seconds: float) -> None:
         """Record the end of a run's load: its last (batch, segment) and what it counted."""
         a = self.audit
         with self.engine.begin() as conn:
@@ -137,12 +134,12 @@ class Warehouse:
                 .values(
                     to_batch_id=end[0],
                     to_segment=end[1],
-                    rows_in=prev["rows_in"] + counts["records_in"],
-                    rows_enriched=prev["rows_enriched"] + counts["output_rows"],
-                    source_rows_enriched=prev["source_rows_enriched"] + counts["matched_source_rows"],
-                    unmatched=prev["unmatched"] + counts["unmatched_source_rows"],
-                    dead_lettered=prev["dead_lettered"] + counts["dead_letters"],
-                    waiting=counts["waiting"],
+                    rows_in=prev["rows_in"] + counts.records_in,
+                    rows_enriched=prev["rows_enriched"] + counts.output_rows,
+                    source_rows_enriched=prev["source_rows_enriched"] + counts.matched_source_rows,
+                    unmatched=prev["unmatched"] + counts.unmatched_source_rows,
+                    dead_lettered=prev["dead_lettered"] + counts.dead_letters,
+                    waiting=counts.waiting,
                     duration_seconds=(prev["duration_seconds"] or 0.0) + seconds,
                     status="loaded",
                     finished_at=_now(),

@@ -11,8 +11,14 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ssbj.config import JobConfig, load_config
+from ssbj import warehouse
+from ssbj.config import DatabaseSink, JobConfig, load_config
 from ssbj.errors import ConfigError
+from ssbj.pipeline.audit import Warehouse, gate_table_names
+from ssbj.pipeline.factory import MasterSource, validate_job
+from ssbj.pipeline.job import EnrichmentJob
+from ssbj.pipeline.quality import check_run, gate_run, result_path
+from ssbj.pipeline.quickstart import add_command
 
 
 def add_commands(sub: Any) -> None:
@@ -35,7 +41,6 @@ def add_commands(sub: Any) -> None:
     )
     val.add_argument("config", help="job file (YAML)")
     val.set_defaults(handler=lambda a, _extra: cmd_validate(a))
-    from ssbj.pipeline.quickstart import add_command
 
     add_command(sub)
     sql = sub.add_parser(
@@ -121,7 +126,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``ssbj run --config job.yaml``."""
     cfg = load_config(args.config)
     _setup_logging(args.log_level)
-    from ssbj.pipeline.job import EnrichmentJob
 
     display = None if args.quiet else ProgressDisplay()
     job = EnrichmentJob(cfg, on_progress=display, run_id=args.run_id)
@@ -140,16 +144,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         "batches": summary.batches,
         "drained": summary.drained,
         "restarts": summary.restarts,
-        "counts": c,
-        "reconciled": c["records_in"]
-        == c["matched_source_rows"] + c["unmatched_source_rows"] + c["waiting"] + c["dead_letters"],
+        "counts": c.to_dict(),
+        "reconciled": c.reconciled,
     }
     if args.summary:
         Path(args.summary).write_text(json.dumps(result, indent=2))
     print(
-        f"{cfg.name}: {summary.batches} batches, {c['records_in']:,} records -> {c['output_rows']:,} enriched rows "
-        f"({c['matched_source_rows']:,} matched, {c['unmatched_source_rows']:,} unmatched, "
-        f"{c['dead_letters']:,} dead letters, {c['waiting']:,} waiting)"
+        f"{cfg.name}: {summary.batches} batches, {c.records_in:,} records -> {c.output_rows:,} enriched rows "
+        f"({c.matched_source_rows:,} matched, {c.unmatched_source_rows:,} unmatched, "
+        f"{c.dead_letters:,} dead letters, {c.waiting:,} waiting)"
     )
     return 0 if result["reconciled"] else 1
 
@@ -157,7 +160,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """``ssbj validate job.yaml``."""
     cfg = load_config(args.config)
-    from ssbj.pipeline.factory import validate_job
 
     for line in validate_job(cfg):
         print(line)
@@ -174,20 +176,15 @@ def describe(cfg: JobConfig) -> str:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     """``ssbj sql --dialect D [--config job.yaml]``."""
-    from ssbj import warehouse
-
     if args.config is None:
         md = warehouse.demo_metadata()
     else:
         cfg = load_config(args.config)
-        from ssbj.config import DatabaseSink
-        from ssbj.pipeline.audit import gate_table_names
-        from ssbj.pipeline.factory import MasterSource, settings
 
         if not isinstance(cfg.sink, DatabaseSink):
             raise ConfigError("ssbj sql --config needs a job whose sink is a database table")
         master = MasterSource(cfg).schema()
-        out = warehouse.output_schema(cfg.stream_schema, master, list(settings(cfg, master).master_columns))
+        out = warehouse.output_schema(cfg.stream_schema, master, list(cfg.join_settings(master).master_columns or ()))
         dl = cfg.dead_letter.table if isinstance(cfg.dead_letter, DatabaseSink) else f"{cfg.sink.table}_dead_letters"
         md = warehouse.job_metadata(out, cfg.sink.table, dl, *gate_table_names(cfg))
     sys.stdout.write(warehouse.render(md, args.dialect))
@@ -196,8 +193,6 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 def cmd_move(args: argparse.Namespace, target: str) -> int:
     """``ssbj publish|quarantine job.yaml --run-id X``."""
-    from ssbj.pipeline.audit import Warehouse
-
     cfg = load_config(args.config)
     wh = Warehouse(cfg)
     if target == "publish":
@@ -211,8 +206,6 @@ def cmd_move(args: argparse.Namespace, target: str) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """``ssbj check job.yaml --run-id X``."""
-    from ssbj.pipeline.quality import check_run, result_path
-
     cfg = load_config(args.config)
     result = check_run(cfg, args.run_id)
     print(result.summary())
@@ -222,8 +215,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``ssbj gate job.yaml --run-id X``."""
-    from ssbj.pipeline.quality import gate_run
-
     outcome = gate_run(load_config(args.config), args.run_id)
     print(outcome.message, file=sys.stdout if outcome.published else sys.stderr)
     return 0 if outcome.published else 1

@@ -9,18 +9,21 @@ from typing import Any
 
 import pyarrow as pa
 
+from ssbj.adapters.master_sql import SqlMasterScan
+from ssbj.adapters.sink_parquet import ParquetDirSink
+from ssbj.adapters.sink_sql import SqlTableSink
+from ssbj.adapters.sql_common import RetryPolicy, SqlRunner, make_engine, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
+from ssbj.contracts import CheckpointedMasterScan, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.keys import check_compatible
 from ssbj.errors import ConfigError, InputError, SSBJError
-from ssbj.pipeline.contracts import CheckpointedMasterScan, WarehouseSink
-from ssbj.pipeline.processor import EnrichmentProcessor, JoinSettings
+from ssbj.pipeline.processor import EnrichmentProcessor
 
 log = logging.getLogger("ssbj.master")
 
 
 def _engine(url: str) -> Any:
-    from adapters.sql_common import make_engine
 
     return make_engine(url)[0]
 
@@ -28,10 +31,7 @@ def _engine(url: str) -> Any:
 def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
     """Return a warehouse (or dead-letter) sink."""
     if cfg.kind == "parquet":
-        from adapters.sink_parquet import ParquetDirSink
-
         return ParquetDirSink(cfg.path)
-    from adapters.sink_sql import SqlTableSink
 
     return SqlTableSink(cfg.resolve().get_secret_value(), cfg.table, create=cfg.create, bulk=cfg.bulk)
 
@@ -45,8 +45,6 @@ class MasterSource:
 
     def scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
         """Return a scan of R in partitions of ``partition_rows`` rows, with a saved layout or a new one."""
-        from adapters.master_sql import SqlMasterScan
-
         m = self.cfg
         return SqlMasterScan(
             self.engine,
@@ -67,32 +65,12 @@ class MasterSource:
         """Return the rows in R now (one COUNT) and the schema of the projected columns."""
         import sqlalchemy as sa
 
-        from adapters.sql_common import RetryPolicy, SqlRunner, split_table_name
-
         schema = self.schema()
         schema_name, name = split_table_name(self.cfg.table)
         stmt = sa.select(sa.func.count()).select_from(sa.table(name, schema=schema_name))
         runner = SqlRunner(self.engine, RetryPolicy(), f"master table {self.cfg.table}", log)
         n = runner.run(lambda conn: int(conn.execute(stmt).scalar_one()), "count rows")
         return int(n), schema
-
-
-def settings(cfg: JobConfig, master_schema: pa.Schema | None = None) -> JoinSettings:
-    """Return the processor's join settings from the configuration."""
-    m = cfg.master
-    cols = tuple(m.columns) if m.columns is not None else tuple(master_schema.names if master_schema else ())
-    return JoinSettings(
-        stream_key=cfg.join.stream_key,
-        master_key=m.key,
-        master_columns=cols or (m.key,),
-        algorithm=cfg.join.algorithm,
-        join_type=cfg.join.type,
-        memory_budget=cfg.join.memory_bytes,
-        switch_factor=cfg.join.switch_factor,
-        eviction_interval=cfg.join.eviction_interval,
-        partition_rows=m.partition_rows,
-        step_rows=cfg.join.step_rows,
-    )
 
 
 def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcessor:
@@ -105,7 +83,7 @@ def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcesso
         schema_cols = pa.schema([schema.field(c) for c in schema.names if c in cfg.master.columns])
     check_key_types(cfg, schema)
     return EnrichmentProcessor(
-        settings(cfg, schema_cols),
+        cfg.join_settings(schema_cols),
         cfg.stream_schema,
         master.scan,
         master.info,

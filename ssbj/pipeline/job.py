@@ -16,9 +16,11 @@ from typing import Any
 import pyarrow as pa
 
 from ssbj.config import JobConfig
+from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.errors import ConfigError, TerminalError, TransientError
 from ssbj.pipeline import factory
+from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.records import Decoded, decode_files, decode_kafka
 
 log = logging.getLogger("ssbj.job")
@@ -32,7 +34,7 @@ class RunSummary:
 
     batches: int
     drained: bool
-    counts: dict[str, int]
+    counts: RunCounts
     last_progress: dict[str, Any]
     restarts: int
 
@@ -67,7 +69,7 @@ def source_frame(spark: Any, cfg: JobConfig) -> Any:
             reader = reader.option("pathGlobFilter", src.glob)
         return reader.load(src.path).select("path", "content")
     if src.reader == "python":
-        from adapters.kafka_source import KafkaDataSource
+        from ssbj.adapters.kafka_source import KafkaDataSource  # optional extra: imports pyspark
 
         spark.dataSource.register(KafkaDataSource)
         fmt = KafkaDataSource.name()
@@ -169,10 +171,8 @@ class EnrichmentJob:
         self.processor.open()
         t_start = time.monotonic()
         warehouse = None
-        before = self.processor.reconcile()
+        before = self.processor.counts()
         if self.run_id is not None:
-            from ssbj.pipeline.audit import Warehouse
-
             warehouse = Warehouse(self.cfg)
             warehouse.begin_run(self.run_id, self.processor.position())
         restarts = 0
@@ -205,10 +205,9 @@ class EnrichmentJob:
             drained = True
             if p is not None:
                 self._publish(p)
-        after = self.processor.reconcile()
+        after = self.processor.counts()
         if warehouse is not None and self.run_id is not None:
-            delta = {k: after[k] - before[k] for k in after}
-            delta["waiting"] = after["waiting"]
+            delta = after.minus(before)
             warehouse.finish_run(self.run_id, self.processor.position(), delta, time.monotonic() - t_start)
         return RunSummary(self._batches, drained, after, self.processor.last_progress, restarts)
 

@@ -26,12 +26,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from ssbj.api import collect
+from ssbj.contracts import DEAD_LETTER_SCHEMA, CheckpointedMasterScan, RunCounts, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.costmodel import CostModel, plan_memory
-from ssbj.core.operator import JoinSpec, SemiStreamJoin, StepResult
+from ssbj.core.costmodel import CostModel
+from ssbj.core.operator import SemiStreamJoin, StepResult
 from ssbj.pipeline import faults
-from ssbj.pipeline.contracts import CheckpointedMasterScan, WarehouseSink
 from ssbj.pipeline.records import Decoded
+from ssbj.planning import JoinSettings, estimate_row_bytes, join_spec, plan_join
 
 log = logging.getLogger("ssbj.progress")
 
@@ -39,24 +41,6 @@ MasterFactory = Callable[[dict[str, Any] | None, int], CheckpointedMasterScan]
 """Build the master scan from a saved layout (or None: compute one) and b rows per partition."""
 MasterInfo = Callable[[], tuple[int, pa.Schema]]
 """Rows in R now and the Arrow schema of the projected master columns (no layout needed)."""
-
-_VAR_WIDTH_GUESS = 24  # bytes per variable-width value before any row is measured
-
-
-@dataclass
-class JoinSettings:
-    """What the processor needs from the job configuration."""
-
-    stream_key: str
-    master_key: str
-    master_columns: tuple[str, ...]
-    algorithm: str = "ssbj"
-    join_type: str = "inner"
-    memory_budget: int = 256 << 20
-    switch_factor: float = 1.0
-    eviction_interval: int = 10
-    partition_rows: int | None = None
-    step_rows: int | None = None
 
 
 @dataclass
@@ -69,16 +53,6 @@ class Totals:
     enriched_rows: int = 0
     batches: int = 0
     extra: dict[str, int] = field(default_factory=dict)
-
-
-def _estimate_row_bytes(schema: pa.Schema) -> float:
-    total = 0
-    for f in schema:
-        try:
-            total += f.type.bit_width // 8
-        except ValueError:
-            total += _VAR_WIDTH_GUESS
-    return float(max(total, 1))
 
 
 class EnrichmentProcessor:
@@ -128,39 +102,22 @@ class EnrichmentProcessor:
     def _prepare_sinks(self) -> None:
         if self._prepared or self.op is None:
             return
-        from ssbj.pipeline.records import DEAD_LETTER_SCHEMA
 
         self.sink.prepare(self.op.output_schema)
         self.dead_letter_sink.prepare(DEAD_LETTER_SCHEMA)
         self._prepared = True
 
-    def _spec(self, chunk_bytes: int) -> JoinSpec:
-        s = self.settings
-        return JoinSpec(
-            stream_key=s.stream_key,
-            master_key=s.master_key,
-            master_columns=s.master_columns,
-            algorithm="meshjoin" if s.algorithm == "meshjoin" else "ssbj",
-            switch_factor=s.switch_factor,
-            eviction_interval=s.eviction_interval,
-            chunk_bytes=max(1, chunk_bytes),
-            memory_budget=None if s.step_rows else s.memory_budget,
-            max_step_tuples=s.step_rows or (1 << 20),
-        )
-
     def _fresh(self) -> None:
         s = self.settings
-        v_s = _estimate_row_bytes(self.stream_schema)
-        if s.partition_rows and s.step_rows:
-            b, chunk = s.partition_rows, int(s.step_rows * v_s)
-        else:  # plan b and w from the budget: needs |R| (one COUNT)
+        v_s = estimate_row_bytes(self.stream_schema)
+        if s.needs_master_size:  # plan b and w from the budget: needs |R| (one COUNT)
             num_rows, schema = self._master_info()
-            plan = plan_memory(s.memory_budget, num_rows, v_s, _estimate_row_bytes(schema), self.cost_model)
-            b = s.partition_rows or plan.partition_rows
-            chunk = int(s.step_rows * v_s) if s.step_rows else plan.chunk_bytes
-        master = self._master_factory(None, b)
+            plan = plan_join(s, v_s, num_rows, estimate_row_bytes(schema), self.cost_model)
+        else:
+            plan = plan_join(s, v_s)
+        master = self._master_factory(None, plan.partition_rows)
         self.master = master
-        self.op = SemiStreamJoin(self._spec(chunk), master, self.stream_schema, master.schema, self.cost_model)
+        self.op = SemiStreamJoin(plan.spec, master, self.stream_schema, master.schema, self.cost_model)
         self.last_batch = None
         self.segment = 0
         self.totals = Totals()
@@ -172,7 +129,7 @@ class EnrichmentProcessor:
         self.master = master
         self.op = SemiStreamJoin.restore(
             self.store,
-            self._spec(int(meta["chunk_bytes"])),
+            join_spec(self.settings, int(meta["chunk_bytes"])),
             master,
             self.stream_schema,
             master.schema,
@@ -180,7 +137,7 @@ class EnrichmentProcessor:
             self.cost_model,
         )
         t0 = self.op.totals()
-        self._completed = int(t0["matched_source_rows"]) + int(t0["unmatched_source_rows"])
+        self._completed = t0.matched_source_rows + t0.unmatched_source_rows
         self.last_batch = int(meta["batch_id"])
         self.segment = int(meta["segment"])
         t = dict(meta["totals"])
@@ -291,18 +248,7 @@ class EnrichmentProcessor:
 
     def _output(self, results: list[StepResult]) -> pa.Table:
         assert self.op is not None  # noqa: S101
-        schema = self.op.output_schema
-        parts = [r.enriched for r in results if r.enriched.num_rows]
-        if self.settings.join_type == "left":
-            for r in results:
-                um = r.unmatched
-                if um.num_rows:
-                    cols = list(um.columns)
-                    for f in schema:
-                        if f.name not in um.column_names:
-                            cols.append(pa.nulls(um.num_rows, f.type))
-                    parts.append(pa.Table.from_arrays(cols[: len(schema)], schema=schema))
-        return pa.concat_tables(parts) if parts else schema.empty_table()
+        return collect(results, self.op.output_schema, self.settings.join_type)
 
     # ------------------------------------------------------------------ reporting
     def _report(
@@ -324,7 +270,7 @@ class EnrichmentProcessor:
         t = op.totals()
         busy = sum(r.metrics.c_loop_measured for r in results)
         served = sum(r.metrics.w for r in results)
-        completed = int(t["matched_source_rows"]) + int(t["unmatched_source_rows"])
+        completed = t.matched_source_rows + t.unmatched_source_rows
         done_now, self._completed = completed - self._completed, completed
         last = results[-1].metrics if results else None
         progress: dict[str, Any] = {
@@ -349,27 +295,27 @@ class EnrichmentProcessor:
             "totals": {
                 "records_in": self.totals.records_in,
                 "dead_letters": self.totals.dead_letters,
-                "stream_rows": t["tuples_in"],
-                "matched_source_rows": t["matched_source_rows"],
-                "unmatched_source_rows": t["unmatched_source_rows"],
-                "waiting": t["waiting"],
+                "stream_rows": t.tuples_in,
+                "matched_source_rows": t.matched_source_rows,
+                "unmatched_source_rows": t.unmatched_source_rows,
+                "waiting": t.waiting,
                 "output_rows": self.totals.enriched_rows,
-                "cache_share": t["cache_share"],
+                "cache_share": t.cache_share,
             },
         }
         self.last_progress = progress
         log.info(json.dumps(progress, default=float))
         return progress
 
-    def reconcile(self) -> dict[str, int]:
-        """Return the counts that must add up: records in = matched + unmatched + waiting + dead letters."""
+    def counts(self) -> RunCounts:
+        """Return the job's counts so far (they reconcile: :attr:`RunCounts.reconciled`)."""
         assert self.op is not None  # noqa: S101
         t = self.op.totals()
-        return {
-            "records_in": self.totals.records_in,
-            "matched_source_rows": int(t["matched_source_rows"]),
-            "unmatched_source_rows": int(t["unmatched_source_rows"]),
-            "waiting": int(t["waiting"]),
-            "dead_letters": self.totals.dead_letters,
-            "output_rows": self.totals.enriched_rows,
-        }
+        return RunCounts(
+            records_in=self.totals.records_in,
+            matched_source_rows=t.matched_source_rows,
+            unmatched_source_rows=t.unmatched_source_rows,
+            waiting=t.waiting,
+            dead_letters=self.totals.dead_letters,
+            output_rows=self.totals.enriched_rows,
+        )

@@ -24,9 +24,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ssbj.adapters.sql_common import make_engine
 from ssbj.config import DatabaseSink, JobConfig
+from ssbj.contracts import reconciles
 from ssbj.errors import ConfigError
 from ssbj.pipeline.audit import RunRange, Warehouse
+from ssbj.pipeline.factory import MasterSource
 
 log = logging.getLogger("ssbj.quality")
 
@@ -174,7 +177,6 @@ def validate_table(
 
 
 def _master_not_null(cfg: JobConfig) -> list[str]:
-    from ssbj.pipeline.factory import MasterSource
 
     schema = MasterSource(cfg).schema()
     cols = cfg.master.columns if cfg.master.columns is not None else schema.names
@@ -209,8 +211,6 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
     """Check rows in = enriched source rows + unmatched + dead-lettered + waiting, and the dead letters."""
     dead_in_table = None
     if isinstance(cfg.dead_letter, DatabaseSink):
-        from adapters.sql_common import make_engine
-
         sch, _, name = cfg.dead_letter.table.rpartition(".")
         eng = make_engine(cfg.dead_letter.resolve().get_secret_value())[0]
         try:
@@ -220,8 +220,11 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
                 dead_in_table = int(conn.execute(stmt).scalar_one())
         finally:
             eng.dispose()
+    counted = reconciles(
+        row["rows_in"], row["source_rows_enriched"], row["unmatched"], row["waiting"], row["dead_lettered"]
+    )
+    ok = counted and (dead_in_table is None or dead_in_table == row["dead_lettered"])
     total = row["source_rows_enriched"] + row["unmatched"] + row["dead_lettered"] + row["waiting"]
-    ok = total == row["rows_in"] and (dead_in_table is None or dead_in_table == row["dead_lettered"])
     return {
         "expectation": "RowCountReconciliation",
         "kwargs": {"rows_in": row["rows_in"]},

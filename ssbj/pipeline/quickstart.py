@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from ssbj.config import Database
+from ssbj.warehouse import demo_master_table
+
 JOB_TEMPLATE = """\
 # ssbj demo job: orders landing as JSON lines, enriched with customers from SQLite.
 name: orders-demo
@@ -96,8 +99,6 @@ def _load_master(url: str, rows: list[tuple[int, str, str, float]]) -> None:
     """Create (or replace) the demo ``customer`` table in a database and load ``rows``."""
     import sqlalchemy as sa
 
-    from ssbj.warehouse import demo_master_table
-
     engine = sa.create_engine(url)
     try:
         md = sa.MetaData()
@@ -127,8 +128,6 @@ def write_demo(
     master_db = root / "master.db"
     rows = _customers(rng, customers)
     if connection_id is not None:
-        from ssbj.config import Database
-
         _load_master(Database.model_validate({"connection_id": connection_id}).resolve().get_secret_value(), rows)
     else:
         with sqlite3.connect(master_db) as db:

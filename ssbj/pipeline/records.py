@@ -20,18 +20,8 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        pa.field("reason", pa.string()),
-        pa.field("position", pa.string()),
-        pa.field("file", pa.string()),
-        pa.field("line", pa.int64()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("payload", pa.binary()),
-    ]
-)
+from ssbj.contracts import DEAD_LETTER_SCHEMA
+
 _MAX_PAYLOAD = 64 << 10  # bytes of a bad record kept in its dead letter
 
 

@@ -1,0 +1,175 @@
+"""The bottom layer's shared shapes: master scans, sinks, output columns, dead letters, counters.
+
+Everything here is imported from above (the operator, the adapters, the pipeline, the
+warehouse model); it imports nothing of ssbj and needs only pyarrow, so every layer can
+use it without Spark, a database or Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+# Columns every warehouse sink adds to each row: the Spark batch id that produced it and
+# the segment inside that batch (0: the batch's own steps; 1, 2, ...: steps run after it
+# while the stream was idle or draining).  (batch id, segment) is the unit of replacement.
+BATCH_ID_COLUMN = "ssbj_batch_id"
+SEGMENT_COLUMN = "ssbj_segment"
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("reason", pa.string()),
+        pa.field("position", pa.string()),
+        pa.field("file", pa.string()),
+        pa.field("line", pa.int64()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("payload", pa.binary()),
+    ]
+)
+"""One row per malformed record: why, where (``file:line`` or ``topic/partition/offset``), raw bytes."""
+
+
+@runtime_checkable
+class MasterScan(Protocol):
+    """Partition ``p`` of R, ``partition_rows`` (b) tuples each, k partitions per R-cycle."""
+
+    @property
+    def partition_rows(self) -> int:
+        """B: master tuples per partition (disk-buffer size)."""
+        ...
+
+    @property
+    def num_rows(self) -> int:
+        """R_t: master tuples in R."""
+        ...
+
+    def num_partitions(self) -> int:
+        """K: partitions in one R-cycle (read at the start of every R-cycle)."""
+        ...
+
+    def read_partition(self, p: int) -> pa.Table:
+        """Load partition ``p`` (0 <= p < k) into the disk buffer."""
+        ...
+
+    def repartition(self, partition_rows: int) -> MasterScan:
+        """Return the same R, scanned in partitions of ``partition_rows`` tuples."""
+        ...
+
+
+@runtime_checkable
+class CheckpointedMasterScan(MasterScan, Protocol):
+    """A master scan whose partitioning is part of the job's checkpoint."""
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Arrow schema of the projected master columns."""
+        ...
+
+    def layout(self) -> dict[str, Any]:
+        """JSON-serialisable partitioning (saved once per job, restored on restart)."""
+        ...
+
+
+@runtime_checkable
+class WarehouseSink(Protocol):
+    """A target written idempotently: writing (batch_id, segment) again replaces what it wrote."""
+
+    def prepare(self, schema: pa.Schema) -> None:
+        """Create the target for rows of ``schema`` if missing, or check that it fits."""
+        ...
+
+    def write(self, batch_id: int, segment: int, table: pa.Table) -> None:
+        """Replace every row of (batch_id, segment) by ``table``, atomically.
+
+        ``table`` has the schema given to :meth:`prepare`; the sink adds
+        :data:`BATCH_ID_COLUMN` and :data:`SEGMENT_COLUMN`.  An empty table still
+        deletes what an earlier attempt of the same (batch_id, segment) wrote.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+class _ByName(Mapping[str, Any]):
+    """Read-only access by field name (a Mapping), for JSON reports and code that selects counters by name."""
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names():
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self))  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the counters as a JSON-ready dict."""
+        return {n: getattr(self, n) for n in self._names()}
+
+
+@dataclass(frozen=True)
+class OperatorTotals(_ByName):
+    """Run-level counters of the operator; ``tuples_in == matched + unmatched + waiting`` always holds."""
+
+    tuples_in: int
+    matched_source_rows: int
+    unmatched_source_rows: int
+    waiting: int
+    null_keys: int
+    served_by_cache: int
+    served_by_disk: int
+    output_rows: int
+    steps: int
+    r_cycles: int
+    switched_in: int
+    evicted: int
+    busy_seconds: float
+    service_rate: float
+    cache_share: float
+
+
+def reconciles(records_in: int, matched: int, unmatched: int, waiting: int, dead_letters: int) -> bool:
+    """Return whether every record in is matched, unmatched, waiting or a dead letter (the one rule)."""
+    return records_in == matched + unmatched + waiting + dead_letters
+
+
+@dataclass(frozen=True)
+class RunCounts(_ByName):
+    """What a job (or one run of it) counted, from the records read to the audit table."""
+
+    records_in: int = 0
+    matched_source_rows: int = 0
+    unmatched_source_rows: int = 0
+    waiting: int = 0
+    dead_letters: int = 0
+    output_rows: int = 0
+
+    @property
+    def reconciled(self) -> bool:
+        """Whether the counts add up (:func:`reconciles`)."""
+        return reconciles(
+            self.records_in, self.matched_source_rows, self.unmatched_source_rows, self.waiting, self.dead_letters
+        )
+
+    def minus(self, before: RunCounts) -> RunCounts:
+        """Return the counts since ``before``; ``waiting`` is a level, not a sum, so it is kept as is."""
+        return RunCounts(
+            records_in=self.records_in - before.records_in,
+            matched_source_rows=self.matched_source_rows - before.matched_source_rows,
+            unmatched_source_rows=self.unmatched_source_rows - before.unmatched_source_rows,
+            waiting=self.waiting,
+            dead_letters=self.dead_letters - before.dead_letters,
+            output_rows=self.output_rows - before.output_rows,
+        )
