@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ssbj.core.costmodel import CostModel, MemoryPlan, plan_memory
 from ssbj.errors import ConfigError
 
 
@@ -113,4 +114,85 @@ def memory_optimal_bound(dist: KeyDistribution, memory: float, v_s: float, v_r: 
         cache_bytes=float(cached_bytes[i]),
         disk_bytes=float(n * v_s * tail_p[i]),
         all_of_r_fits=False,
+    )
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What SSBJ can buy on given data at a budget: the bound and the cost model's prediction."""
+
+    bound: Bound
+    partition_rows: int  # b the planner picks
+    partitions: int
+    predicted_meshjoin_rate: float  # tuples/s (Eq. 3 at MESHJOIN's plan)
+    predicted_ssbj_rate: float  # tuples/s at the bound's cache share, H_S getting what H_R leaves
+    predicted_ratio: float
+    target_rate: float | None = None
+    recommended_budget: float | None = None  # smallest budget whose predicted SSBJ rate meets the target
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        d = {k: v for k, v in asdict(self).items() if k != "bound"}
+        d["bound"] = self.bound.to_dict()
+        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
+
+
+def _predict(
+    dist: KeyDistribution, memory: float, v_s: float, v_r: float, model: CostModel
+) -> tuple[Bound, MemoryPlan, float]:
+    """Return (bound, MESHJOIN's plan, SSBJ's predicted rate) at ``memory`` bytes."""
+    bound = memory_optimal_bound(dist, memory, v_s, v_r)
+    mesh = plan_memory(int(memory), dist.master_rows, v_s, v_r, model)
+    share, left = (1.0 if bound.all_of_r_fits else bound.cache_share), memory - bound.cache_bytes
+    try:
+        ssbj = plan_memory(int(max(left, 1)), dist.master_rows, v_s, v_r, model, cache_share=min(share, 0.999))
+        rate = ssbj.predicted_service_rate
+    except ConfigError:  # H_R leaves no room for a disk buffer: MESHJOIN's own plan is the floor
+        rate = mesh.predicted_service_rate
+    return bound, mesh, max(rate, mesh.predicted_service_rate)
+
+
+def advise(
+    dist: KeyDistribution,
+    memory: float,
+    v_s: float,
+    v_r: float,
+    model: CostModel,
+    target_rate: float | None = None,
+) -> Advice:
+    """Return the bound at ``memory``, the predicted rates, and the budget a ``target_rate`` needs.
+
+    The SSBJ prediction plans H_S with what the bound's cache leaves and the bound's cache
+    share (Eq. 1-3 with the structures' real sizes); it is an upper estimate, as the bound
+    is. The recommended budget is found by bisection on that prediction (it grows with
+    the budget), between one disk-buffer row and twice R's bytes.
+    """
+    bound, mesh, rate = _predict(dist, memory, v_s, v_r, model)
+    rec: float | None = None
+    if target_rate is not None and target_rate > 0:
+        lo, hi = 1024.0, max(2.0 * dist.master_rows * v_r, 1 << 20)
+        try:
+            ok_hi = _predict(dist, hi, v_s, v_r, model)[2] >= target_rate
+        except ConfigError:
+            ok_hi = False
+        if ok_hi:
+            for _ in range(40):
+                mid = math.sqrt(lo * hi)
+                try:
+                    ok = _predict(dist, mid, v_s, v_r, model)[2] >= target_rate
+                except ConfigError:
+                    ok = False
+                lo, hi = (lo, mid) if ok else (mid, hi)
+                if hi / lo < 1.01:
+                    break
+            rec = hi
+    return Advice(
+        bound=bound,
+        partition_rows=mesh.partition_rows,
+        partitions=mesh.partitions,
+        predicted_meshjoin_rate=mesh.predicted_service_rate,
+        predicted_ssbj_rate=rate,
+        predicted_ratio=rate / mesh.predicted_service_rate if mesh.predicted_service_rate else math.nan,
+        target_rate=target_rate,
+        recommended_budget=rec,
     )
