@@ -285,6 +285,7 @@ class SemiStreamJoin:
             if len(switching):  # phase-out: MOVE all tuples from s_B to H_R
                 self._switch_in(switching, pairs, unmatched)
             if self._rc % 3 == 0:
+                self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
                 self.stats.reset_s_count()
             self.rebuild_interest()
         B.adapt(self)

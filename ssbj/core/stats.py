@@ -100,6 +100,24 @@ class ValueStats:
         """RESET all s_count to 0 (start of the phase-out R-cycle)."""
         self.table.payload[:, ST_ROWS] = 0
 
+    def prune_decided(self, rc: int) -> int:
+        """At phase-out (``rc``): stop tracking candidates that are settled for this round.
+
+        A candidate tracked through the whole incrementing R-cycle (rc - 2) that met no
+        master row has none (the empty entries take such values at expiry); one decided in
+        the switching R-cycle (rc - 1) against the cache failed the inequality. Both would
+        hold their slot for nothing while a bounded table turns new candidates away; they
+        come back when they again have two tuples in H_S.
+        """
+        t = self.table
+        pay = t.payload
+        settled = (pay[:, ST_SWITCH] == 0) & (
+            (pay[:, ST_DECIDED] == rc - 1) | ((pay[:, ST_SINCE] <= 2 * (rc - 2)) & (pay[:, ST_ROWS] == 0))
+        )
+        keys = t.keys[t.used & settled]
+        self.delete(keys)
+        return len(keys)
+
     def switching(self) -> np.ndarray:
         """Values whose rows are in s_B."""
         t = self.table
