@@ -299,6 +299,7 @@ class RunConfig:
     chunk_bytes: int
     memory_budget: int | None = None
     switch_factor: float = 1.0
+    refresh_cache: bool = True
 
 
 @dataclass
@@ -337,6 +338,7 @@ def _run(
         chunk_bytes=cfg.chunk_bytes,
         max_step_tuples=p.max_step_tuples,
         memory_budget=cfg.memory_budget,
+        refresh_cache=cfg.refresh_cache,
         # at least one stream tuple per step, however small the budget
         min_chunk_bytes=max(1, math.ceil(ds.v_s)),
     )

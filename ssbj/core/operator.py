@@ -453,7 +453,7 @@ class SemiStreamJoin:
         if part.num_rows == 0:
             return
         hs, st, cache = self.hs, self.stats.table, self.cache
-        refresh = self._use_cache and (cache.values + cache.empty_values) > 0
+        refresh = self.spec.refresh_cache and self._use_cache and (cache.values + cache.empty_values) > 0
         # tracked since the first step of the incrementing R-cycle (rc - 1) or before
         eligible = 2 * (self._rc - 1) if fsm == 2 else -1
         pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
