@@ -241,6 +241,36 @@ def refresh_pairs(
     return out, matched
 
 
+def _fixed_view(a: pa.Array) -> np.ndarray | None:
+    """Rows of a null-free fixed-width array as a (n, width) uint8 view, or None."""
+    t = a.type
+    if a.null_count or not (pa.types.is_fixed_size_binary(t) or pa.types.is_integer(t) or pa.types.is_temporal(t)):
+        return None
+    width = t.byte_width
+    buf = a.buffers()[1]
+    if buf is None:
+        return None
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    return raw[a.offset * width : (a.offset + len(a)) * width].reshape(len(a), width)
+
+
+def _rows_equal(part: pa.Table, rows: np.ndarray, cached: list[pa.Array], old: np.ndarray) -> bool:
+    """Whether ``part``'s ``rows`` equal the cached rows ``old``, column by column.
+
+    Null-free fixed-width columns are compared as raw bytes with NumPy (no Arrow call per
+    column); the others, and floats (NaN != NaN in NumPy), with Arrow's ``equals``.
+    """
+    for c, col in enumerate(part.columns):
+        a = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        va, vb = _fixed_view(a), _fixed_view(cached[c])
+        if va is not None and vb is not None:
+            if not np.array_equal(va[rows], vb[old]):
+                return False
+        elif not a.take(pa.array(rows)).equals(cached[c].take(pa.array(old))):
+            return False
+    return True
+
+
 class Cache:
     """H_R plus the empty entries; see the module doc."""
 
@@ -433,9 +463,7 @@ class Cache:
             old, matched = refresh_pairs(self.index.payload, self.src, rf_row, rf_slot, p)
             changed = matched != len(rf_row) or matched != self.cnt_src[p]
             if not changed and matched:
-                fresh = part.take(pa.array(rf_row))
-                prev = self.table().take(pa.array(old))
-                changed = not fresh.equals(prev)
+                changed = not _rows_equal(part, rf_row, self.columns, old)
         if not changed:
             return False
         # the value set stays; only its rows from p are replaced
