@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ssbj.core import CostModel
-from ssbj.core.bound import advise, key_distribution, memory_optimal_bound
+from ssbj.core.bound import Overheads, advise, key_distribution, memory_optimal_bound
 
 
 def reference_n(p: np.ndarray, m: np.ndarray, memory: float, v_s: float, v_r: float) -> float:
@@ -73,3 +73,28 @@ def test_advice_predicts_ssbj_at_least_meshjoin_and_a_budget_for_a_target() -> N
     rec = advise(dist, 100_000, 32.0, 36.0, model, target_rate=target).recommended_budget
     assert rec is not None and rec > 100_000
     assert advise(dist, rec, 32.0, 36.0, model).predicted_ssbj_rate >= target
+
+
+def test_overheads_make_entries_cost_and_match_a_plain_bisection() -> None:
+    rng = np.random.default_rng(2)
+    n = 400
+    master = rng.integers(0, n, n)
+    p = 1 / np.arange(1, n + 1)
+    stream = rng.choice(n, 20_000, p=p / p.sum())
+    dist = key_distribution(stream, master)
+    ov = Overheads(o_s=12.0, o_r=4.0, e_r=40.0, e_e=18.0, fixed=500.0)
+    memory = 3_000.0
+    b = memory_optimal_bound(dist, memory, 32.0, 36.0, ov)
+    cost = np.where(dist.m > 0, dist.m * 40.0 + 40.0, 18.0)
+
+    def used(nn: float) -> float:
+        return float(np.minimum(cost, nn * dist.p * 44.0).sum())
+
+    lo, hi = 0.0, 1e9
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if used(mid) < memory - 500.0 else (lo, mid)
+    assert b.n_ssbj == pytest.approx(hi, rel=1e-6)
+    assert b.n_meshjoin == pytest.approx(2_500.0 / 44.0)
+    free = memory_optimal_bound(dist, memory, 32.0, 36.0)
+    assert b.ratio < free.ratio  # entries that cost bytes can only lower the bound

@@ -79,29 +79,58 @@ class Bound:
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(self).items()}
 
 
-def memory_optimal_bound(dist: KeyDistribution, memory: float, v_s: float, v_r: float) -> Bound:
-    """Solve ``sum_j min(m_j v_R, N p_j v_S) = M`` for N exactly (piecewise linear in N)."""
+@dataclass(frozen=True)
+class Overheads:
+    """What real structures add to Theorem 1's costs (all 0: the theorem itself).
+
+    ``o_s``: bytes per waiting tuple beyond ``v_S``; ``o_r``: per cached row beyond
+    ``v_R``; ``e_r``: per cached value with rows (its index entry); ``e_e``: per cached
+    value without rows (an empty entry); ``fixed``: bytes taken before anything is held
+    (the disk buffer, the statistics).
+    """
+
+    o_s: float = 0.0
+    o_r: float = 0.0
+    e_r: float = 0.0
+    e_e: float = 0.0
+    fixed: float = 0.0
+
+
+def memory_optimal_bound(
+    dist: KeyDistribution, memory: float, v_s: float, v_r: float, overheads: Overheads | None = None
+) -> Bound:
+    """Solve ``sum_j min(c_j, N p_j v_S) = M`` for N exactly (piecewise linear in N).
+
+    ``c_j = m_j v_R`` for values with master rows and 0 for values without (Theorem 1).
+    With ``overheads``, ``c_j = m_j (v_R + o_r) + e_r`` (``e_e`` without rows), a tuple
+    costs ``v_S + o_s``, and both algorithms have ``M - fixed``: what an exact per-value
+    cache with those entry sizes could reach at best, against MESHJOIN with the same
+    per-tuple bytes.
+    """
     if memory <= 0 or v_s <= 0 or v_r <= 0:
         raise ConfigError(f"memory, v_S and v_R must be > 0 (got {memory}, {v_s}, {v_r})")
-    p, m = dist.p, dist.m
-    empty_share = float(p[m == 0].sum())
-    sel = (m > 0) & (p > 0)
-    ps, ms = p[sel], m[sel].astype(np.float64)
-    n_mesh = memory / v_s
-    cache_all = float(ms.sum() * v_r)
-    if cache_all <= memory:
-        return Bound(memory, v_s, v_r, math.inf, n_mesh, math.inf, 1.0, int(sel.sum()), cache_all, 0.0, True)
-    # value j is cached once N >= t_j = m_j v_R / (p_j v_S); sort by that threshold
-    t = ms * v_r / (ps * v_s)
+    o = overheads or Overheads()
+    avail = memory - o.fixed
+    if avail <= 0:
+        raise ConfigError(f"fixed overheads of {o.fixed:.0f} bytes leave nothing of {memory:.0f}")
+    vs = v_s + o.o_s
+    sel = dist.p > 0
+    ps, ms = dist.p[sel], dist.m[sel].astype(np.float64)
+    c = np.where(ms > 0, ms * (v_r + o.o_r) + o.e_r, o.e_e)
+    n_mesh = avail / vs
+    cache_all = float(c.sum())
+    if cache_all <= avail:
+        return Bound(memory, v_s, v_r, math.inf, n_mesh, math.inf, 1.0, int((ms > 0).sum()), cache_all, 0.0, True)
+    # value j is cached once N >= t_j = c_j / (p_j v_S); sort by that threshold
+    t = c / (ps * vs)
     order = np.argsort(t, kind="stable")
-    t, ps, ms = t[order], ps[order], ms[order]
-    cached_bytes = np.concatenate([[0.0], np.cumsum(ms * v_r)])  # first i values cached
+    t, ps, ms, c = t[order], ps[order], ms[order], c[order]
+    cached_bytes = np.concatenate([[0.0], np.cumsum(c)])  # first i values cached
     tail_p = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])  # p of values i.. (disk phase)
     # f(N) with the first i values cached holds for N in [t_{i-1}, t_i]; f(t_i) with i cached:
-    f_at_t = cached_bytes[:-1] + t * v_s * tail_p[:-1]
-    i = int(np.searchsorted(f_at_t, memory, side="left"))  # values 0..i-1 cached
-    n = (memory - cached_bytes[i]) / (v_s * tail_p[i]) if tail_p[i] > 0 else math.inf
-    share = empty_share + float(ps[:i].sum())
+    f_at_t = cached_bytes[:-1] + t * vs * tail_p[:-1]
+    i = int(np.searchsorted(f_at_t, avail, side="left"))  # values 0..i-1 cached
+    n = (avail - cached_bytes[i]) / (vs * tail_p[i]) if tail_p[i] > 0 else math.inf
     return Bound(
         memory=memory,
         v_s=v_s,
@@ -109,10 +138,10 @@ def memory_optimal_bound(dist: KeyDistribution, memory: float, v_s: float, v_r: 
         n_ssbj=n,
         n_meshjoin=n_mesh,
         ratio=n / n_mesh,
-        cache_share=share,
-        cached_values=i,
+        cache_share=float(ps[:i].sum()),
+        cached_values=int((ms[:i] > 0).sum()),
         cache_bytes=float(cached_bytes[i]),
-        disk_bytes=float(n * v_s * tail_p[i]),
+        disk_bytes=float(n * vs * tail_p[i]),
         all_of_r_fits=False,
     )
 
