@@ -16,7 +16,6 @@ server allows local files; otherwise the sink falls back to ``executemany``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import tempfile
@@ -26,61 +25,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ssbj.adapters.sql_common import RetryPolicy, SqlRunner, make_engine, safe_url, split_table_name
-from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
+from ssbj.adapters.sql_tables import batch_table
+from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, TableName
 from ssbj.errors import ConfigError, InputError, TerminalError
 
 log = logging.getLogger(__name__)
 
 _MYSQL = ("mysql", "mariadb")
-_MAX_IDENTIFIER = 60  # below MySQL's 64 and PostgreSQL's 63
-
-
-def sql_type_for_arrow(t: pa.DataType) -> sa.types.TypeEngine[Any] | None:
-    """Return the column type a new sink table gets for Arrow type ``t``, or None if unsupported."""
-    if pa.types.is_dictionary(t):
-        return sql_type_for_arrow(t.value_type)
-    if pa.types.is_boolean(t):
-        return sa.Boolean()
-    if pa.types.is_integer(t):
-        width = t.bit_width + (1 if pa.types.is_unsigned_integer(t) else 0)
-        if width <= 16:
-            return sa.SmallInteger()
-        if width <= 32:
-            return sa.Integer()
-        if width <= 64:
-            return sa.BigInteger()
-        return sa.Numeric(20, 0)  # uint64
-    if pa.types.is_float16(t) or pa.types.is_float32(t):
-        return sa.REAL()
-    if pa.types.is_float64(t):
-        return sa.Double()
-    if pa.types.is_decimal(t):
-        return sa.Numeric(t.precision, t.scale)
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
-    if pa.types.is_fixed_size_binary(t):
-        return sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
-    if pa.types.is_date(t):
-        return sa.Date()
-    if pa.types.is_timestamp(t):
-        return sa.DateTime(timezone=t.tz is not None).with_variant(mysql.DATETIME(fsp=6), *_MYSQL)
-    if pa.types.is_time(t):
-        return sa.Time().with_variant(mysql.TIME(fsp=6), *_MYSQL)
-    return None
-
-
-def _index_name(table: str) -> str:
-    name = f"ix_{table}_ssbj_batch_seg"
-    if len(name) <= _MAX_IDENTIFIER:
-        return name
-    digest = hashlib.sha1(table.encode(), usedforsecurity=False).hexdigest()[:10]
-    return f"ix_{table[: _MAX_IDENTIFIER - 26]}_{digest}_ssbj_bs"
 
 
 class SqlTableSink:
@@ -148,18 +102,7 @@ class SqlTableSink:
             return t
         if not self._create:
             raise ConfigError(f"sink table {self._table_name!r} does not exist in {safe_url(self._engine)}")
-        cols: list[sa.Column[Any]] = []
-        for f in schema:
-            st = sql_type_for_arrow(f.type)
-            if st is None:
-                raise ConfigError(f"output column {f.name!r} has Arrow type {f.type}, which the SQL sink cannot store")
-            cols.append(sa.Column(f.name, st, nullable=f.nullable))
-        cols.append(sa.Column(BATCH_ID_COLUMN, sa.BigInteger(), nullable=False))
-        cols.append(sa.Column(SEGMENT_COLUMN, sa.Integer(), nullable=False))
-        # full Unicode on MySQL/MariaDB whatever the server's default character set
-        opts: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"} if self._mysql else {}
-        t = sa.Table(self._short_name, sa.MetaData(), *cols, schema=self._schema_name, **opts)
-        sa.Index(_index_name(self._short_name), t.c[BATCH_ID_COLUMN], t.c[SEGMENT_COLUMN])
+        t = batch_table(sa.MetaData(), TableName(self._short_name, self._schema_name), schema)
         t.create(conn)
         log.info("created sink table %s on %s", self._table_name, safe_url(self._engine))
         return t

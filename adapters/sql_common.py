@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
+from ssbj.contracts import TableName
 from ssbj.errors import ConfigError, TerminalError, TransientError
 
 T = TypeVar("T")
@@ -95,13 +96,9 @@ def safe_url(engine: Engine) -> str:
 
 
 def split_table_name(name: str) -> tuple[str | None, str]:
-    """``"schema.table"`` -> ``("schema", "table")``; ``"table"`` -> ``(None, "table")``."""
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"table name must be a non-empty string, got {name!r}")
-    parts = name.split(".")
-    if len(parts) > 2 or any(not p or "\x00" in p for p in parts):
-        raise ConfigError(f"table name must be 'table' or 'schema.table', got {name!r}")
-    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    """``"schema.table"`` -> ``("schema", "table")``; ``"table"`` -> ``(None, "table")`` (:class:`TableName`)."""
+    t = TableName.parse(name)
+    return t.schema, t.name
 
 
 def is_transient(exc: BaseException) -> bool:

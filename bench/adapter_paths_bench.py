@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/adapter_paths_bench.py [--rows 1000000] [--rounds 5]
 
-Starts a throw-away MariaDB (tests/svc_mariadb.py), loads a ``customer`` table, then times
+Starts a throw-away MariaDB (ssbj.testing.mariadb), loads a ``customer`` table, then times
 ``SqlMasterScan.read_partition`` of a 100k-row partition through the driver (PyMySQL) and
 through connectorx, and ``SqlTableSink.write`` of 100k enriched rows with ``bulk="insert"``
 (executemany) and ``bulk="load_data"`` (LOAD DATA LOCAL INFILE). Prints the best and median
@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+import sqlalchemy as sa
 
-import sqlalchemy as sa  # noqa: E402
-from svc_mariadb import launch  # noqa: E402
-from test_sink_bulk import _table  # noqa: E402  (8 columns incl. escaped strings, decimals, timestamps)
-
-from ssbj.adapters.master_sql import SqlMasterScan  # noqa: E402
-from ssbj.adapters.sink_sql import SqlTableSink  # noqa: E402
+from ssbj.adapters.master_sql import SqlMasterScan
+from ssbj.adapters.sink_sql import SqlTableSink
+from ssbj.testing.mariadb import launch
+from ssbj.testing.tables import mixed_types_table as _table  # 8 columns incl. escaped strings, decimals
 
 
 def _time(fn: Callable[[], object]) -> float:

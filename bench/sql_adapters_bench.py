@@ -28,12 +28,9 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from ssbj.adapters.master_sql import SqlMasterScan  # noqa: E402
-from ssbj.adapters.sink_sql import SqlTableSink  # noqa: E402
+from ssbj.adapters.master_sql import SqlMasterScan
+from ssbj.adapters.sink_sql import SqlTableSink
+from ssbj.testing.mariadb import launch
 
 ARROW_TYPES = {
     "decimal": [pa.int32(), pa.int32(), pa.string(), pa.decimal128(12, 2)],
@@ -317,9 +314,7 @@ def main() -> None:
     if args.url:
         url = sa.make_url(args.url)
     else:
-        import svc_mariadb
-
-        server = svc_mariadb.launch()
+        server = launch()
         url = server.url
     engine = sa.create_engine(url, pool_pre_ping=True)
     try:

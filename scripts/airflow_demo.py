@@ -14,10 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+from ssbj.testing.mariadb import DATABASE, PASSWORD, USER, launch  # the tests' throwaway server
 
-from svc_mariadb import DATABASE, PASSWORD, USER, launch  # noqa: E402  (the tests' throwaway server)
+REPO = Path(__file__).resolve().parent.parent
+
 
 BIN = Path(sys.executable).parent
 

@@ -26,7 +26,7 @@ if [ ! -x "$py" ]; then
 fi
 pip=("$py" -m pip --disable-pip-version-check)
 
-# Versions verified together (Python 3.11, 2026-11): see tests/test_dependency_compat.py.
+# Versions verified together (Python 3.11, 2026-11): see tests/e2e/test_dependency_compat.py.
 PYSPARK="4.3.0"
 SPARK_PROVIDER="apache-airflow-providers-apache-spark==6.3.4"
 pins=(

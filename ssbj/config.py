@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from ssbj.contracts import TableName
 from ssbj.errors import ConfigError
 from ssbj.planning import DEFAULT_MEMORY, JoinSettings
 from ssbj.units import parse_size
@@ -62,6 +63,17 @@ def identifier(name: str, what: str) -> str:
     if not _IDENT.match(name):
         raise ValueError(f"{what} {name!r} is not a plain identifier (letters, digits, _; at most 64 characters)")
     return name
+
+
+def table_name(text: str) -> str:
+    """Return ``text`` if it is ``table`` or ``schema.table`` of plain identifiers (:class:`TableName`)."""
+    try:
+        parts = TableName.parse(text).parts
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    for part in parts:
+        identifier(part, "table")
+    return text
 
 
 def arrow_type(name: str) -> pa.DataType:
@@ -290,9 +302,7 @@ class Master(Database):
     @field_validator("table")
     @classmethod
     def _table(cls, v: str) -> str:
-        for part in v.split("."):
-            identifier(part, "table")
-        return v
+        return table_name(v)
 
     @field_validator("key", "page_column")
     @classmethod
@@ -349,9 +359,7 @@ class DatabaseSink(Database):
     @field_validator("table")
     @classmethod
     def _table(cls, v: str) -> str:
-        for part in v.split("."):
-            identifier(part, "table")
-        return v
+        return table_name(v)
 
 
 class ParquetSink(_Model):
@@ -392,10 +400,7 @@ class Quality(_Model):
     @field_validator("audit_table", "published_table", "quarantine_table")
     @classmethod
     def _table(cls, v: str | None) -> str | None:
-        if v is not None:
-            for part in v.split("."):
-                identifier(part, "table")
-        return v
+        return v if v is None else table_name(v)
 
 
 class SparkSettings(_Model):

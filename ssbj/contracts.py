@@ -13,6 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from ssbj.errors import ConfigError
+
 # Columns every warehouse sink adds to each row: the Spark batch id that produced it and
 # the segment inside that batch (0: the batch's own steps; 1, 2, ...: steps run after it
 # while the stream was idle or draining).  (batch id, segment) is the unit of replacement.
@@ -32,6 +34,32 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 """One row per malformed record: why, where (``file:line`` or ``topic/partition/offset``), raw bytes."""
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A database table, ``table`` or ``schema.table``: the one way table names are split and joined."""
+
+    name: str
+    schema: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> TableName:
+        """Split ``"schema.table"`` or ``"table"``; raise ConfigError for anything else."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(f"table name must be a non-empty string, got {text!r}")
+        parts = text.split(".")
+        if len(parts) > 2 or any(not p or "\x00" in p for p in parts):
+            raise ConfigError(f"table name must be 'table' or 'schema.table', got {text!r}")
+        return cls(parts[1], parts[0]) if len(parts) == 2 else cls(parts[0])
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """(schema, table) or (table,)."""
+        return (self.schema, self.name) if self.schema else (self.name,)
+
+    def __str__(self) -> str:
+        return ".".join(self.parts)
 
 
 @runtime_checkable

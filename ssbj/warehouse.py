@@ -8,15 +8,13 @@ step with this module by a test.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ssbj.adapters.sink_sql import sql_type_for_arrow
-from ssbj.contracts import BATCH_ID_COLUMN, DEAD_LETTER_SCHEMA, SEGMENT_COLUMN
+from ssbj.adapters.sql_tables import MYSQL_TABLE_OPTIONS, batch_columns, batch_table, columns, index_name
+from ssbj.contracts import DEAD_LETTER_SCHEMA, TableName
 from ssbj.core.operator import master_output_names
 from ssbj.errors import ConfigError
 
@@ -27,39 +25,16 @@ DIALECTS: dict[str, sa.Dialect] = {
 }
 RUN_ID_COLUMN = "ssbj_run_id"
 REASON_COLUMN = "ssbj_reason"
-_MYSQL_OPTS: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
-
-
-def _sql_type(t: pa.DataType, name: str) -> sa.types.TypeEngine[Any]:
-
-    st = sql_type_for_arrow(t)
-    if st is None:
-        raise ConfigError(f"column {name!r} has Arrow type {t}, which has no SQL column type")
-    return st
-
-
-def _columns(schema: pa.Schema) -> list[sa.Column[Any]]:
-    return [sa.Column(f.name, _sql_type(f.type, f.name), nullable=f.nullable) for f in schema]
-
-
-def _batch_columns() -> list[sa.Column[Any]]:
-    return [
-        sa.Column(BATCH_ID_COLUMN, sa.BigInteger(), nullable=False),
-        sa.Column(SEGMENT_COLUMN, sa.Integer(), nullable=False),
-    ]
 
 
 def _short(name: str) -> tuple[str | None, str]:
-    schema, _, table = name.rpartition(".")
-    return (schema or None), table
+    t = TableName.parse(name)
+    return t.schema, t.name
 
 
 def enriched_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
-    """Return the table the job loads: output columns, batch id and segment (replaced per batch)."""
-    sch, short = _short(name)
-    t = sa.Table(short, md, *_columns(schema), *_batch_columns(), schema=sch, **_MYSQL_OPTS)
-    sa.Index(f"ix_{short[:40]}_batch", t.c[BATCH_ID_COLUMN], t.c[SEGMENT_COLUMN])
-    return t
+    """Return the table the job loads: output columns, batch id and segment (the sink's own model)."""
+    return batch_table(md, TableName.parse(name), schema)
 
 
 def published_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
@@ -68,13 +43,13 @@ def published_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
     t = sa.Table(
         short,
         md,
-        *_columns(schema),
-        *_batch_columns(),
+        *columns(schema),
+        *batch_columns(),
         sa.Column(RUN_ID_COLUMN, sa.String(250), nullable=False),
         schema=sch,
-        **_MYSQL_OPTS,
+        **MYSQL_TABLE_OPTIONS,
     )
-    sa.Index(f"ix_{short[:40]}_run", t.c[RUN_ID_COLUMN])
+    sa.Index(index_name(short, "ssbj_run"), t.c[RUN_ID_COLUMN])
     return t
 
 
@@ -84,14 +59,14 @@ def quarantine_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
     t = sa.Table(
         short,
         md,
-        *_columns(schema),
-        *_batch_columns(),
+        *columns(schema),
+        *batch_columns(),
         sa.Column(RUN_ID_COLUMN, sa.String(250), nullable=False),
         sa.Column(REASON_COLUMN, sa.Text(), nullable=False),
         schema=sch,
-        **_MYSQL_OPTS,
+        **MYSQL_TABLE_OPTIONS,
     )
-    sa.Index(f"ix_{short[:40]}_run", t.c[RUN_ID_COLUMN])
+    sa.Index(index_name(short, "ssbj_run"), t.c[RUN_ID_COLUMN])
     return t
 
 
@@ -126,7 +101,7 @@ def audit_table(md: sa.MetaData, name: str) -> sa.Table:
         sa.Column("finished_at", sa.DateTime()),
         sa.Column("details", sa.Text()),
         schema=sch,
-        **_MYSQL_OPTS,
+        **MYSQL_TABLE_OPTIONS,
     )
 
 
@@ -139,7 +114,7 @@ def demo_master_table(md: sa.MetaData) -> sa.Table:
         sa.Column("c_name", sa.String(25), nullable=False),
         sa.Column("c_segment", sa.String(10), nullable=False),
         sa.Column("c_balance", sa.Double(), nullable=False),
-        **_MYSQL_OPTS,
+        **MYSQL_TABLE_OPTIONS,
     )
 
 

@@ -21,7 +21,7 @@ CREATE TABLE orders_dead_letters (
 	ssbj_segment INTEGER NOT NULL
 )CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 
-CREATE INDEX ix_orders_dead_letters_batch ON orders_dead_letters (ssbj_batch_id, ssbj_segment);
+CREATE INDEX ix_orders_dead_letters_ssbj_batch_seg ON orders_dead_letters (ssbj_batch_id, ssbj_segment);
 
 CREATE TABLE orders_enriched (
 	order_id BIGINT, 
@@ -35,7 +35,7 @@ CREATE TABLE orders_enriched (
 	ssbj_segment INTEGER NOT NULL
 )CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 
-CREATE INDEX ix_orders_enriched_batch ON orders_enriched (ssbj_batch_id, ssbj_segment);
+CREATE INDEX ix_orders_enriched_ssbj_batch_seg ON orders_enriched (ssbj_batch_id, ssbj_segment);
 
 CREATE TABLE orders_published (
 	order_id BIGINT, 
@@ -50,7 +50,7 @@ CREATE TABLE orders_published (
 	ssbj_run_id VARCHAR(250) NOT NULL
 )CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 
-CREATE INDEX ix_orders_published_run ON orders_published (ssbj_run_id);
+CREATE INDEX ix_orders_published_ssbj_run ON orders_published (ssbj_run_id);
 
 CREATE TABLE orders_quarantine (
 	order_id BIGINT, 
@@ -66,7 +66,7 @@ CREATE TABLE orders_quarantine (
 	ssbj_reason TEXT NOT NULL
 )CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 
-CREATE INDEX ix_orders_quarantine_run ON orders_quarantine (ssbj_run_id);
+CREATE INDEX ix_orders_quarantine_ssbj_run ON orders_quarantine (ssbj_run_id);
 
 CREATE TABLE ssbj_audit (
 	job VARCHAR(120) NOT NULL, 

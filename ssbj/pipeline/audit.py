@@ -13,11 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import sqlalchemy as sa
 
 from ssbj.adapters.sql_common import arrow_type_for_sql, make_engine
 from ssbj.config import DatabaseSink, JobConfig
-from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts
+from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts, TableName
 from ssbj.errors import ConfigError
 from ssbj.warehouse import REASON_COLUMN, RUN_ID_COLUMN, audit_table, published_table, quarantine_table
 
@@ -70,11 +71,10 @@ class Warehouse:
 
     def enriched(self) -> sa.Table:
         """Return the table the job loads (reflected: the sink creates it)."""
-        sch, _, name = self.enriched_name.rpartition(".")
-        return sa.Table(name, sa.MetaData(), schema=sch or None, autoload_with=self.engine)
+        t = TableName.parse(self.enriched_name)
+        return sa.Table(t.name, sa.MetaData(), schema=t.schema, autoload_with=self.engine)
 
     def _gate_tables(self) -> tuple[sa.Table, sa.Table, sa.Table]:
-        import pyarrow as pa
 
         src = self.enriched()
 

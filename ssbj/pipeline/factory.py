@@ -8,16 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy as sa
 
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import RetryPolicy, SqlRunner, make_engine, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
-from ssbj.contracts import CheckpointedMasterScan, WarehouseSink
+from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.keys import check_compatible
 from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 
 log = logging.getLogger("ssbj.master")
@@ -63,8 +65,6 @@ class MasterSource:
 
     def info(self) -> tuple[int, pa.Schema]:
         """Return the rows in R now (one COUNT) and the schema of the projected columns."""
-        import sqlalchemy as sa
-
         schema = self.schema()
         schema_name, name = split_table_name(self.cfg.table)
         stmt = sa.select(sa.func.count()).select_from(sa.table(name, schema=schema_name))
@@ -73,7 +73,7 @@ class MasterSource:
         return int(n), schema
 
 
-def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcessor:
+def build_processor(cfg: JobConfig, store: DirectoryStore, observer: StepObserver | None = None) -> EnrichmentProcessor:
     """Return the processor with its master scan and sinks (connections are opened here)."""
     master = MasterSource(cfg)
     schema = master.schema()
@@ -90,6 +90,7 @@ def build_processor(cfg: JobConfig, store: DirectoryStore) -> EnrichmentProcesso
         build_sink(cfg.sink),
         build_sink(cfg.dead_letter),
         store,
+        observer=observer,
     )
 
 
@@ -130,13 +131,12 @@ def validate_job(cfg: JobConfig) -> list[str]:
                 raise ConfigError(f"{name}.path {sink.path!r} is not writable")
             out.append(f"{name}: Parquet directory {sink.path}")
         else:
-            import sqlalchemy as sa
-
             eng = _engine(sink.resolve().get_secret_value())
             try:
                 with eng.connect() as conn:
                     conn.execute(sa.text("SELECT 1"))
-                    exists = sa.inspect(conn).has_table(sink.table.split(".")[-1])
+                    t = TableName.parse(sink.table)
+                    exists = sa.inspect(conn).has_table(t.name, schema=t.schema)
             except sa.exc.SQLAlchemyError as exc:
                 raise ConfigError(f"{name}: cannot connect to {sink.display()}: {type(exc).__name__}") from None
             finally:

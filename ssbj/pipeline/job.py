@@ -21,6 +21,7 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.errors import ConfigError, TerminalError, TransientError
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
+from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.records import Decoded, decode_files, decode_kafka
 
 log = logging.getLogger("ssbj.job")
@@ -111,6 +112,7 @@ class EnrichmentJob:
         max_restarts: int = 10,
         restart_backoff: float = 2.0,
         run_id: str | None = None,
+        observer: StepObserver | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_id = run_id
@@ -119,7 +121,7 @@ class EnrichmentJob:
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
         self.stop_event = threading.Event()
-        self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint))
+        self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint), observer)
         self._decode = decoder(cfg)
         self._error: BaseException | None = None
         self._batches = 0

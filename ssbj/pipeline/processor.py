@@ -32,6 +32,7 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.operator import SemiStreamJoin, StepResult
 from ssbj.pipeline import faults
+from ssbj.pipeline.observe import ObservedScan, StepObserver
 from ssbj.pipeline.records import Decoded
 from ssbj.planning import JoinSettings, estimate_row_bytes, join_spec, plan_join
 
@@ -68,6 +69,7 @@ class EnrichmentProcessor:
         dead_letters: WarehouseSink,
         store: DirectoryStore,
         cost_model: CostModel | None = None,
+        observer: StepObserver | None = None,
     ) -> None:
         self.settings = settings
         self.stream_schema = stream_schema
@@ -77,6 +79,7 @@ class EnrichmentProcessor:
         self.dead_letter_sink = dead_letters
         self.store = store
         self.cost_model = cost_model or CostModel()
+        self.observer = observer
         self.lock = threading.RLock()
         self.op: SemiStreamJoin | None = None
         self.master: CheckpointedMasterScan | None = None
@@ -115,7 +118,7 @@ class EnrichmentProcessor:
             plan = plan_join(s, v_s, num_rows, estimate_row_bytes(schema), self.cost_model)
         else:
             plan = plan_join(s, v_s)
-        master = self._master_factory(None, plan.partition_rows)
+        master = self._scan(None, plan.partition_rows)
         self.master = master
         self.op = SemiStreamJoin(plan.spec, master, self.stream_schema, master.schema, self.cost_model)
         self.last_batch = None
@@ -123,9 +126,18 @@ class EnrichmentProcessor:
         self.totals = Totals()
         self._completed = 0
 
+    def _scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
+        scan = self._master_factory(layout, partition_rows)
+        return scan if self.observer is None else ObservedScan(scan, self.observer)
+
+    def _observed(self, result: StepResult) -> StepResult:
+        if self.observer is not None:
+            self.observer.on_step(result)
+        return result
+
     def _restore(self, checkpoint_id: int) -> None:
         meta = SemiStreamJoin.checkpoint_meta(self.store, checkpoint_id)
-        master = self._master_factory(meta["master_layout"], int(meta["partition_rows"]))
+        master = self._scan(meta["master_layout"], int(meta["partition_rows"]))
         self.master = master
         self.op = SemiStreamJoin.restore(
             self.store,
@@ -187,9 +199,9 @@ class EnrichmentProcessor:
             op.push(decoded.rows)
             results = []
             while op.buffered_tuples:
-                results.append(op.step())
+                results.append(self._observed(op.step()))
             if not results and op.waiting_tuples:
-                results.append(op.step())  # keep the R-cycle moving for tuples already waiting
+                results.append(self._observed(op.step()))  # keep the R-cycle moving for tuples already waiting
             t2 = time.perf_counter()
             out = self._output(results)
             self.sink.write(batch_id, 0, out)
@@ -225,7 +237,7 @@ class EnrichmentProcessor:
             if self.last_batch is None or op.waiting_tuples == 0 or not is_committed(self.last_batch):
                 return None
             t0 = time.perf_counter()
-            results = list(op.drain())
+            results = [self._observed(r) for r in op.drain()]
             t1 = time.perf_counter()
             out = self._output(results)
             segment = self.segment + 1

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from ssbj.adapters.sql_common import make_engine
 from ssbj.config import DatabaseSink, JobConfig
-from ssbj.contracts import reconciles
+from ssbj.contracts import TableName, reconciles
 from ssbj.errors import ConfigError
 from ssbj.pipeline.audit import RunRange, Warehouse
 from ssbj.pipeline.factory import MasterSource
@@ -211,10 +211,10 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
     """Check rows in = enriched source rows + unmatched + dead-lettered + waiting, and the dead letters."""
     dead_in_table = None
     if isinstance(cfg.dead_letter, DatabaseSink):
-        sch, _, name = cfg.dead_letter.table.rpartition(".")
+        dl_name = TableName.parse(cfg.dead_letter.table)
         eng = make_engine(cfg.dead_letter.resolve().get_secret_value())[0]
         try:
-            dl = sa.Table(name, sa.MetaData(), schema=sch or None, autoload_with=eng)
+            dl = sa.Table(dl_name.name, sa.MetaData(), schema=dl_name.schema, autoload_with=eng)
             with eng.connect() as conn:
                 stmt = sa.select(sa.func.count()).select_from(dl).where(rng.predicate(dl))
                 dead_in_table = int(conn.execute(stmt).scalar_one())

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import sqlalchemy as sa
 
 from ssbj.config import Database
 from ssbj.warehouse import demo_master_table
@@ -97,8 +98,6 @@ def _customers(rng: np.random.Generator, n: int) -> list[tuple[int, str, str, fl
 
 def _load_master(url: str, rows: list[tuple[int, str, str, float]]) -> None:
     """Create (or replace) the demo ``customer`` table in a database and load ``rows``."""
-    import sqlalchemy as sa
-
     engine = sa.create_engine(url)
     try:
         md = sa.MetaData()

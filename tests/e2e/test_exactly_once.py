@@ -14,6 +14,8 @@ from pipeline_reference import expected_join, warehouse_rows
 
 from ssbj.pipeline.quickstart import write_demo
 
+pytestmark = pytest.mark.slow  # spark-submit / ssbj run subprocesses: 20-60 s each
+
 SSBJ = [sys.executable, "-m", "ssbj.cli"]
 
 

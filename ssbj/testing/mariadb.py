@@ -1,12 +1,10 @@
-"""A real MariaDB server for tests: one throw-away server per pytest session.
+"""A real MariaDB server for tests, benchmarks and the Airflow demo: a throw-away ``mariadbd``.
 
-The ``mariadb`` fixture (function ``mariadb_server``) initialises a data directory in a temporary directory, starts
-``mariadbd`` on a free loopback port and yields a :class:`MariaDBServer` whose ``url`` logs
-in as user ``ssbj`` (with a password, so tests can check that no secret reaches a log) to
-database ``ssbj``.  ``stop()`` and ``start()`` restart the same server on the same port, to
-simulate an outage.  The fixture skips only when the MariaDB binaries are not installed.
-
-The class is usable outside pytest too (the SQL adapter benchmark starts one).
+:func:`launch` (and the ``mariadb`` fixture of ``tests/conftest.py``) initialises a data
+directory in a temporary directory, starts ``mariadbd`` on a free loopback port and returns
+a :class:`MariaDBServer` whose ``url`` logs in as user ``ssbj`` (with a password, so tests
+can check that no secret reaches a log) to database ``ssbj``.  ``stop()`` and ``start()``
+restart the same server on the same port, to simulate an outage.
 """
 
 from __future__ import annotations
@@ -18,10 +16,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from sqlalchemy.engine import URL
 
 USER = "ssbj"
@@ -51,7 +47,7 @@ def find_binaries() -> tuple[str, str] | None:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -88,7 +84,7 @@ class MariaDBServer:
     def initialise(self) -> None:
         """Create the data directory (system tables only, no test database)."""
         self.datadir.mkdir(parents=True)
-        subprocess.run(
+        subprocess.run(  # noqa: S603  (our own binaries and paths)
             [
                 self._install,
                 "--no-defaults",
@@ -108,7 +104,7 @@ class MariaDBServer:
         if self.running:
             return
         with self.log_file.open("ab") as log:
-            self._proc = subprocess.Popen(
+            self._proc = subprocess.Popen(  # noqa: S603  (our own binaries and paths)
                 [
                     self._server,
                     "--no-defaults",
@@ -146,7 +142,7 @@ class MariaDBServer:
 
     def create_database(self) -> None:
         """Create database ``ssbj`` and user ``ssbj`` with all rights on it."""
-        import pymysql
+        import pymysql  # type: ignore[import-untyped]  # optional extra (mysql)
 
         conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", autocommit=True)
         try:
@@ -158,7 +154,7 @@ class MariaDBServer:
             conn.close()
 
     def _wait_ready(self, timeout: float) -> None:
-        import pymysql
+        import pymysql  # type: ignore[import-untyped]  # optional extra (mysql)
 
         deadline = time.monotonic() + timeout
         while True:
@@ -176,7 +172,7 @@ class MariaDBServer:
                 time.sleep(0.05)
 
     def log_tail(self, lines: int = 20) -> str:
-        """The last lines of the server's log."""
+        """Return the last lines of the server's log."""
         try:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
@@ -201,22 +197,3 @@ def launch(base: Path | None = None) -> MariaDBServer:
         server.stop()
         raise
     return server
-
-
-@pytest.fixture(scope="session", name="mariadb")
-def mariadb_server() -> Iterator[MariaDBServer]:
-    """One MariaDB server for the whole test session, removed at teardown.
-
-    ``tests/conftest.py`` loads this module as a plugin, so every test can ask for ``mariadb``.
-    """
-    if find_binaries() is None:
-        pytest.skip("MariaDB binaries (mariadbd, mariadb-install-db) are not installed: apt-get install mariadb-server")
-    base = Path(tempfile.mkdtemp(prefix="ssbj-mariadb-"))
-    try:
-        server = launch(base)
-        try:
-            yield server
-        finally:
-            server.stop()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)

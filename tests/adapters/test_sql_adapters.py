@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from reference import as_multiset, batch_join
-from svc_mariadb import PASSWORD, MariaDBServer
 
 from ssbj.adapters.master_sql import SqlMasterScan, decode_value, encode_value
 from ssbj.adapters.sink_parquet import SCHEMA_FILE, ParquetDirSink, file_name
@@ -30,11 +29,12 @@ from ssbj.adapters.sql_common import RetryPolicy, is_transient
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, CheckpointedMasterScan, WarehouseSink
 from ssbj.core import JoinSpec, SemiStreamJoin
 from ssbj.errors import ConfigError, InputError, TerminalError, TransientError
+from ssbj.testing.mariadb import PASSWORD, MariaDBServer
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_backoff=0.01, max_backoff=0.02)
 
 
-@pytest.fixture(params=["sqlite", "mariadb"])
+@pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.services)])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
     """An engine on a SQLite file or on the session's MariaDB server."""
     if request.param == "sqlite":

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from svc_mariadb import MariaDBServer
 
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sql_common import RetryPolicy
 from ssbj.errors import ConfigError
+from ssbj.testing.mariadb import MariaDBServer
 
 pytest.importorskip("connectorx")
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import sqlalchemy as sa
-from svc_mariadb import MariaDBServer
 
+from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.cli import main
-from ssbj.warehouse import DIALECTS, demo_metadata, render, statements
+from ssbj.testing.mariadb import MariaDBServer
+from ssbj.warehouse import DIALECTS, demo_metadata, enriched_table, render, statements
 
-SQL = Path(__file__).parent.parent / "sql"
+SQL = Path(__file__).resolve().parents[2] / "sql"
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
@@ -43,3 +45,29 @@ def test_mysql_ddl_creates_every_table_in_mariadb(mariadb: MariaDBServer) -> Non
     names = set(sa.inspect(engine).get_table_names())
     assert set(demo_metadata().tables) <= names
     engine.dispose()
+
+
+def test_the_sink_creates_exactly_the_table_the_ddl_describes(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("order_id", pa.int64()), pa.field("name", pa.string()), pa.field("x", pa.float64())])
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    sink = SqlTableSink(url, "orders_enriched")
+    sink.prepare(schema)
+    sink.close()
+    engine = sa.create_engine(url)
+    insp = sa.inspect(engine)
+    got_cols = [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns("orders_enriched")]
+    got_ix = [(i["name"], i["column_names"]) for i in insp.get_indexes("orders_enriched")]
+    engine.dispose()
+    with sqlite3.connect(tmp_path / "ddl.db") as db:
+        db.executescript(render_table(schema))
+    ddl = sa.create_engine(f"sqlite:///{tmp_path / 'ddl.db'}")
+    insp = sa.inspect(ddl)
+    assert got_cols == [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns("orders_enriched")]
+    assert got_ix == [(i["name"], i["column_names"]) for i in insp.get_indexes("orders_enriched")]
+    ddl.dispose()
+
+
+def render_table(schema: pa.Schema) -> str:
+    md = sa.MetaData()
+    enriched_table(md, "orders_enriched", schema)
+    return render(md, "sqlite")

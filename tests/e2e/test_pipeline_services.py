@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from svc_kafka import TansuBroker
-from svc_mariadb import DATABASE, PASSWORD, USER, MariaDBServer
 
 from ssbj.config import parse_config
 from ssbj.pipeline.job import EnrichmentJob
+from ssbj.testing.kafka import TansuBroker
+from ssbj.testing.mariadb import DATABASE, PASSWORD, USER, MariaDBServer
 
 CUSTOMERS = 4_000
 

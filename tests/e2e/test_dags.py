@@ -17,14 +17,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from pipeline_reference import expected_join
-from svc_mariadb import DATABASE, PASSWORD, USER, MariaDBServer
 
 from ssbj.pipeline.quickstart import write_demo
+from ssbj.testing.mariadb import DATABASE, PASSWORD, USER, MariaDBServer
+
+pytestmark = pytest.mark.slow  # spark-submit / ssbj run subprocesses: 20-60 s each
 
 pytest.importorskip("airflow")
 pytest.importorskip("great_expectations")
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

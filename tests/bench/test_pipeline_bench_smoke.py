@@ -20,7 +20,7 @@ import pytest
 
 from ssbj.bench.pipeline_bench import JDBC_JAR, METHODS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _missing() -> str | None:
@@ -38,7 +38,7 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+pytestmark = [pytest.mark.skipif(_missing() is not None, reason=str(_missing())), pytest.mark.slow]
 
 
 def test_pipeline_bench_tiny_every_method_matches_the_batch_join(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import importlib.metadata as md
+import json
 import logging
 import os
 import re
@@ -45,14 +46,27 @@ def test_pyspark_client_not_installed() -> None:
         md.version("pyspark-client")
 
 
-def test_providers_import() -> None:
+def test_providers_import(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.providers.apache.spark.decorators.pyspark import pyspark_task
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
+    from airflow.sdk import BaseOperator
 
     assert callable(pyspark_task)
-    assert issubclass(SparkSubmitOperator, object)
+    assert issubclass(SparkSubmitOperator, BaseOperator)
+    assert "application" in SparkSubmitOperator.template_fields
+    # the hook's pure command builder turns the DAG's connection and arguments into spark-submit
+    monkeypatch.setenv("AIRFLOW_CONN_SSBJ_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    hook = SparkSubmitHook(
+        conn_id="ssbj_spark",
+        conf={"spark.pyspark.python": "/venv/bin/python"},
+        application_args=["run", "--config", "j"],
+    )
+    cmd = hook._build_spark_submit_command("/app/cli.py")
+    assert cmd[:3] == ["spark-submit", "--master", "local[2]"]
+    assert "spark.pyspark.python=/venv/bin/python" in cmd
+    assert cmd[-4:] == ["/app/cli.py", "run", "--config", "j"]
     assert SparkSubmitHook.conn_type == "spark"
     assert SQLExecuteQueryOperator.template_fields
     assert md.version("apache-airflow").startswith("3.")
