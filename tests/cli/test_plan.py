@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_bound import reference_n
+from reference import bound_n as reference_n
 
 from ssbj.cli import main
 
