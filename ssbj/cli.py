@@ -3,6 +3,8 @@
 Every command, with the module that implements it:
 
 * ``ssbj join``: enrich a stream file with a master file, write Parquet (here);
+* ``ssbj plan``: Theorem 1's memory-optimal bound, predicted cache share and rates, and the
+  budget for a target rate, before any run (here);
 * ``ssbj demo``: SSBJ vs MESHJOIN on generated skewed data (here);
 * ``ssbj bench``: the paper's experiments (:mod:`ssbj.bench.cli`);
 * ``ssbj run``, ``ssbj validate``: run or check a streaming job file (:mod:`ssbj.pipeline.commands`);
@@ -51,6 +53,8 @@ from ssbj.core import (
     SemiStreamJoin,
     StepMetrics,
 )
+from ssbj.core.bound import KeyDistribution, advise, key_distribution
+from ssbj.core.keys import check_compatible, encode_keys
 from ssbj.errors import ConfigError, InputError, SSBJError
 from ssbj.pipeline.commands import add_commands
 from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, check_key_types, estimate_row_bytes, plan_join
@@ -206,9 +210,13 @@ class _RunStats:
     predicted: list[float] = field(default_factory=list)
     peak: dict[str, int] = field(default_factory=dict)
     cycles: dict[int, StepMetrics] = field(default_factory=dict)
+    cycle_tuples: dict[int, int] = field(default_factory=dict)  # stream tuples read per R-cycle
+    last_partition: int = -1
 
     def observe(self, m: StepMetrics) -> None:
         """Record one step."""
+        self.cycle_tuples[m.r_cycle] = self.cycle_tuples.get(m.r_cycle, 0) + m.w
+        self.last_partition = m.partition if m.partition == m.partitions - 1 else -1
         self.measured.append(m.c_loop_measured)
         self.predicted.append(m.c_loop_predicted)
         for name, value in m.memory.to_dict().items():
@@ -216,6 +224,14 @@ class _RunStats:
                 self.peak[name] = value
         if self.keep_cycles:
             self.cycles[m.r_cycle] = m  # the last step of each R-cycle wins
+
+    def tuples_per_r_cycle(self) -> float | None:
+        """Mean stream tuples per complete R-cycle after SSBJ's three warm-up cycles (if any)."""
+        done = sorted(self.cycle_tuples)
+        if self.last_partition < 0 and done:
+            done = done[:-1]  # the last R-cycle did not complete
+        steady = [c for c in done if c > 3] or done
+        return statistics.fmean(self.cycle_tuples[c] for c in steady) if steady else None
 
     def c_loop_summary(self) -> dict[str, Any]:
         """Predicted (Eq. 2) vs measured seconds per step."""
@@ -263,6 +279,71 @@ def _json_safe(obj: Any) -> Any:
 def _load_model(path: str | None) -> CostModel:
     """Cost model with the default constants or a calibration file."""
     return CostModel(CostConstants.load(path) if path else None)
+
+
+# ---------------------------------------------------------------------- ssbj plan
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """``ssbj plan``: the bound, the predicted cache share and rates, a budget for a target rate."""
+    budget = parse_size(args.memory)
+    stream_path, master_path = Path(args.stream), Path(args.master)
+    s_fmt, m_fmt = _file_format(stream_path, "stream"), _file_format(master_path, "master")
+    stream_schema, batches = _open_stream(stream_path, s_fmt, DEFAULT_BATCH_ROWS)
+    master_schema, master_csv = _master_schema(master_path, m_fmt)
+    _check_key(stream_schema, args.stream_key, "stream", stream_path)
+    _check_key(master_schema, args.master_key, "master", master_path)
+    check_key_types(stream_schema, args.stream_key, master_schema, args.master_key)
+    proj = _parse_columns(args.master_columns) if args.master_columns is not None else list(master_schema.names)
+    missing = [c for c in proj if c not in master_schema.names]
+    if missing:
+        raise ConfigError(f"bad --master-columns: {', '.join(map(repr, missing))} not in master file {master_path}")
+    needed = [args.master_key] + [c for c in proj if c != args.master_key]
+    master = _read_master(master_path, m_fmt, needed, master_csv)
+    sample = _KeySample(args.stream_key, args.sample_rows)
+    first: pa.Table | None = None
+    for t in batches:
+        first = t if first is None else first
+        sample.add(t)
+        if sample.rows >= sample.limit:
+            break
+    if not sample.rows:
+        raise InputError(f"stream file {stream_path} has no rows")
+    v_s = estimate_row_bytes(stream_schema, first)
+    v_r = estimate_row_bytes(master.select(proj).schema, master.select(proj))
+    model = _load_model(args.calibration)
+    adv = advise(_distribution(sample.column(), master, args.master_key), budget, v_s, v_r, model, args.target_rate)
+    report = {
+        "stream": str(stream_path),
+        "master": str(master_path),
+        "memory_bytes": budget,
+        "v_s": v_s,
+        "v_r": v_r,
+        "master_rows": master.num_rows,
+        "sampled_stream_rows": sample.rows,
+        **adv.to_dict(),
+    }
+    if args.json:
+        print(json.dumps(_json_safe(report), indent=2, allow_nan=False))
+        return 0
+    b = adv.bound
+    ratio = "unbounded (all of R fits: a main-memory hash join)" if b.all_of_r_fits else f"{b.ratio:.2f}x"
+    lines = [
+        f"{PROG} plan: R = {master.num_rows:,} rows (v_R {v_r:.1f} B), stream sample {sample.rows:,} rows "
+        f"(v_S {v_s:.1f} B), memory {_fmt_bytes(budget)}",
+        f"  memory-optimal bound (Theorem 1): SSBJ/MESHJOIN tuples per R-cycle {ratio}, "
+        f"cache share {b.cache_share:.1%} ({b.cached_values:,} values with rows cached, "
+        f"{_fmt_bytes(b.cache_bytes)})",
+        f"  cost model: b = {adv.partition_rows:,} rows (k = {adv.partitions}), MESHJOIN "
+        f"{adv.predicted_meshjoin_rate:,.0f} tuples/s, SSBJ up to {adv.predicted_ssbj_rate:,.0f} tuples/s "
+        f"({adv.predicted_ratio:.2f}x)",
+    ]
+    if args.target_rate:
+        rec = adv.recommended_budget
+        lines.append(
+            f"  for {args.target_rate:,.0f} tuples/s: "
+            + (f"about {_fmt_bytes(rec)} (predicted)" if rec else "not reachable below twice R's bytes")
+        )
+    print("\n".join(lines))
+    return 0
 
 
 # ---------------------------------------------------------------------- ssbj join
@@ -319,6 +400,9 @@ def _cmd_join(args: argparse.Namespace) -> int:
     )
     stats = _RunStats()
     feed: Iterator[pa.Table] = chain([first], batches) if first is not None else iter(())
+    sample = _KeySample(args.stream_key)
+    if args.stats:
+        feed = sample.tap(feed)
     rows_written = _write_output(op, feed, out_path, stats)
     wall = time.perf_counter() - t_start
     totals = op.totals()
@@ -336,6 +420,7 @@ def _cmd_join(args: argparse.Namespace) -> int:
             "memory_plan": _plan_dict(plan, budget, v_s, v_r),
             "memory": {"budget_bytes": budget, "end": op.memory().to_dict(), "peak": stats.peak},
             "c_loop": stats.c_loop_summary(),
+            "bound": _bound_report(sample, master, args.master_key, budget, v_s, v_r, model, stats, args.algorithm),
         }
         print(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:
@@ -348,6 +433,74 @@ def _cmd_join(args: argparse.Namespace) -> int:
             f"(b={plan.partition_rows:,}, k={plan.partitions})"
         )
     return 0
+
+
+class _KeySample:
+    """The stream's join keys (the first ``limit`` rows) for the memory-optimal bound."""
+
+    def __init__(self, key: str, limit: int = 1 << 22) -> None:
+        self.key = key
+        self.limit = limit
+        self.parts: list[pa.ChunkedArray] = []
+        self.rows = 0
+
+    def add(self, t: pa.Table) -> None:
+        """Keep the key column of ``t`` while under the limit."""
+        if self.rows < self.limit and t.num_rows:
+            col = t.column(self.key).slice(0, self.limit - self.rows)
+            self.parts.append(col)
+            self.rows += len(col)
+
+    def tap(self, feed: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        """Pass ``feed`` through, sampling it."""
+        for t in feed:
+            self.add(t)
+            yield t
+
+    def column(self) -> pa.Array:
+        """Return the sampled keys as one array."""
+        return pa.chunked_array([c for p in self.parts for c in p.chunks]).combine_chunks()
+
+
+def _distribution(stream_keys: pa.Array, master: pa.Table, master_key: str) -> KeyDistribution:
+    """Empirical key distribution of the stream sample against R (NULL keys never match)."""
+    family = check_compatible(stream_keys.type, master.schema.field(master_key).type)
+    s = encode_keys(stream_keys, family)
+    m = encode_keys(master.column(master_key), family)
+    return key_distribution(s.values[s.valid], m.values[m.valid])
+
+
+def _bound_report(
+    sample: _KeySample,
+    master: pa.Table,
+    master_key: str,
+    budget: int,
+    v_s: float,
+    v_r: float,
+    model: CostModel,
+    stats: _RunStats,
+    algorithm: str,
+) -> dict[str, Any] | None:
+    """Theorem 1's bound for this data and budget next to what the run achieved."""
+    if not sample.rows:
+        return None
+    adv = advise(_distribution(sample.column(), master, master_key), budget, v_s, v_r, model)
+    n = stats.tuples_per_r_cycle()
+    n_mesh = adv.bound.n_meshjoin
+    achieved = n / n_mesh if n is not None and n_mesh > 0 else None
+    out: dict[str, Any] = {
+        **adv.to_dict(),
+        "sampled_stream_rows": sample.rows,
+        "achieved_tuples_per_r_cycle": n,
+        # Theorem 1 bounds tuples held per R-cycle: N achieved over MESHJOIN's M / v_S
+        "achieved_ratio": achieved,
+        "efficiency": (
+            achieved / adv.bound.ratio
+            if achieved is not None and math.isfinite(adv.bound.ratio) and algorithm == "ssbj"
+            else None
+        ),
+    }
+    return out
 
 
 def _check_output(out: Path, inputs: Sequence[Path]) -> None:
@@ -560,6 +713,27 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--switch-factor", type=float, default=1.0, help="cache switch factor s_f (default 1.0)")
     join.add_argument("--calibration", help="cost-model constants (JSON from CostConstants.save)")
     join.set_defaults(handler=lambda a, _extra: _cmd_join(a))
+
+    plan = sub.add_parser(
+        "plan",
+        help="what SSBJ can buy on your data: bound, cache share, budget for a target rate",
+        description=(
+            "Compute Theorem 1's memory-optimal bound for STREAM (its join-key distribution) "
+            "and MASTER at a memory budget, the cost model's predicted service rates, and the "
+            "budget a target service rate needs; nothing is joined."
+        ),
+    )
+    plan.add_argument("--stream", required=True, help="stream file (.parquet, .pq, .csv, .csv.gz)")
+    plan.add_argument("--master", required=True, help="master file (.parquet, .pq, .csv, .csv.gz)")
+    plan.add_argument("--stream-key", required=True, help="join key column of the stream")
+    plan.add_argument("--master-key", required=True, help="join key column of the master data")
+    plan.add_argument("--master-columns", help="comma-separated master columns to add (default: all)")
+    plan.add_argument("--memory", default=DEFAULT_MEMORY, help=f"memory budget (default {DEFAULT_MEMORY})")
+    plan.add_argument("--target-rate", type=float, help="service rate (tuples/s) to find a budget for")
+    plan.add_argument("--sample-rows", type=int, default=1 << 22, help="stream rows read (default 4,194,304)")
+    plan.add_argument("--calibration", help="cost-model constants (JSON from CostConstants.save)")
+    plan.add_argument("--json", action="store_true", help="print JSON")
+    plan.set_defaults(handler=lambda a, _extra: _cmd_plan(a))
 
     demo = sub.add_parser(
         "demo",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -43,3 +45,20 @@ def unmatched_reference(stream: pa.Table, master: pa.Table, skey: str, mkey: str
         if k is None or k not in keys:
             out[row] += 1
     return out
+
+
+def bound_n(p: np.ndarray, m: np.ndarray, memory: float, v_s: float, v_r: float) -> float:
+    """N solving sum_j min(m_j v_R, N p_j v_S) = M by bisection (plain, independent of the code)."""
+
+    def used(n: float) -> float:
+        return float(sum(min(mj * v_r, n * pj * v_s) for pj, mj in zip(p, m, strict=True) if mj > 0))
+
+    if sum(mj * v_r for mj in m if mj > 0) <= memory:
+        return math.inf
+    lo, hi = 0.0, 1.0
+    while used(hi) < memory:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if used(mid) < memory else (lo, mid)
+    return hi

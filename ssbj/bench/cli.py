@@ -30,6 +30,9 @@ __all__ = ["add_arguments", "machine_info", "run", "summarize"]
 Json = dict[str, Any]
 TARGETS = {
     "ssbj_vs_meshjoin_skew1_mem1pct": (7.0, "SSBJ/MESHJOIN service rate at skew 1, memory 1% of R"),
+    "efficiency_skew1_mem1pct": (0.8, "achieved SSBJ/MESHJOIN over Theorem 1's bound, stationary skew 1, 1% of R"),
+    "efficiency_skew1_mem10pct": (0.8, "achieved SSBJ/MESHJOIN over Theorem 1's bound, stationary skew 1, 10% of R"),
+    "meshjoin_vs_own_bound_mem10pct": (0.8, "MESHJOIN's tuples per R-cycle over M / v_S, skew 1, 10% of R"),
     "ssbj_vs_pyarrow_all_of_R": (0.5, "SSBJ / one-shot pyarrow hash join throughput, memory for all of R"),
     "data_plane_tuples_per_cpu_second": (1e6, "data plane stream tuples per CPU second (per core), skew 1"),
 }
@@ -233,6 +236,49 @@ def summarize(exps: dict[str, Json]) -> Json:
             t[1],
             "hashjoin: SSBJ end-to-end (push + steps, wall) / pyarrow Table.join (default threads, wall)",
         )
+    if "bound" in exps:
+        for pt in exps["bound"]["points"]:
+            setting = f"skew {pt['skew']:g} {'drift' if pt['drifting'] else 'stat.'} {pt['memory_fraction']:.0%}"
+            if "error" in pt:
+                rows.append(["bound", setting, "-", "-", "-", "error: " + pt["error"][:60]])
+                continue
+            eff = pt.get("efficiency")
+            rows.append(
+                [
+                    "bound",
+                    setting,
+                    _fmt_rate(pt["ssbj"]["service_rate"]),
+                    _fmt_rate(pt["meshjoin"]["service_rate"]),
+                    _fmt_ratio(pt.get("ratio_service_rate")),
+                    f"bound {_fmt_ratio(pt['bound']['ratio'])}, efficiency "
+                    f"{'-' if eff is None else f'{eff:.2f}'}, MESHJOIN {pt['meshjoin_vs_own_bound']:.2f} of M/v_S, "
+                    f"c_loop at equal w {_fmt_ratio(pt.get('c_loop_ratio_same_w'))}, "
+                    f"budget/waiting tuple {pt['budget_bytes_per_waiting_tuple_over_v_s']:.2f} v_S",
+                ]
+            )
+            if pt["skew"] == 1.0 and not pt["drifting"]:
+                pct = round(100 * pt["memory_fraction"])
+                for key, value in (
+                    (f"efficiency_skew1_mem{pct}pct", eff),
+                    (f"meshjoin_vs_own_bound_mem{pct}pct", pt["meshjoin_vs_own_bound"]),
+                ):
+                    if key in TARGETS:
+                        t = TARGETS[key]
+                        targets[key] = _target(value, t[0], t[1], f"bound: skew 1, stationary, {pct}% of R")
+    if "refresh" in exps:
+        for pt in exps["refresh"]["points"]:
+            if "error" in pt:
+                continue
+            rows.append(
+                [
+                    "refresh",
+                    f"mem {pt['memory_fraction']:.0%} of R",
+                    _fmt_rate(pt["refresh_on"]["service_rate"]),
+                    "-",
+                    _fmt_ratio(pt["ratio_on_over_off"]),
+                    f"SSBJ with / without the cached-row refresh ({_fmt_rate(pt['refresh_off']['service_rate'])})",
+                ]
+            )
     if "throughput" in exps:
         cfgs = exps["throughput"]["configs"]
         for label, per in cfgs.items():

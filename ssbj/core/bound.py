@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ssbj.core.costmodel import CostModel, MemoryPlan, plan_memory
 from ssbj.errors import ConfigError
 
 
@@ -78,29 +79,58 @@ class Bound:
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(self).items()}
 
 
-def memory_optimal_bound(dist: KeyDistribution, memory: float, v_s: float, v_r: float) -> Bound:
-    """Solve ``sum_j min(m_j v_R, N p_j v_S) = M`` for N exactly (piecewise linear in N)."""
+@dataclass(frozen=True)
+class Overheads:
+    """What real structures add to Theorem 1's costs (all 0: the theorem itself).
+
+    ``o_s``: bytes per waiting tuple beyond ``v_S``; ``o_r``: per cached row beyond
+    ``v_R``; ``e_r``: per cached value with rows (its index entry); ``e_e``: per cached
+    value without rows (an empty entry); ``fixed``: bytes taken before anything is held
+    (the disk buffer, the statistics).
+    """
+
+    o_s: float = 0.0
+    o_r: float = 0.0
+    e_r: float = 0.0
+    e_e: float = 0.0
+    fixed: float = 0.0
+
+
+def memory_optimal_bound(
+    dist: KeyDistribution, memory: float, v_s: float, v_r: float, overheads: Overheads | None = None
+) -> Bound:
+    """Solve ``sum_j min(c_j, N p_j v_S) = M`` for N exactly (piecewise linear in N).
+
+    ``c_j = m_j v_R`` for values with master rows and 0 for values without (Theorem 1).
+    With ``overheads``, ``c_j = m_j (v_R + o_r) + e_r`` (``e_e`` without rows), a tuple
+    costs ``v_S + o_s``, and both algorithms have ``M - fixed``: what an exact per-value
+    cache with those entry sizes could reach at best, against MESHJOIN with the same
+    per-tuple bytes.
+    """
     if memory <= 0 or v_s <= 0 or v_r <= 0:
         raise ConfigError(f"memory, v_S and v_R must be > 0 (got {memory}, {v_s}, {v_r})")
-    p, m = dist.p, dist.m
-    empty_share = float(p[m == 0].sum())
-    sel = (m > 0) & (p > 0)
-    ps, ms = p[sel], m[sel].astype(np.float64)
-    n_mesh = memory / v_s
-    cache_all = float(ms.sum() * v_r)
-    if cache_all <= memory:
-        return Bound(memory, v_s, v_r, math.inf, n_mesh, math.inf, 1.0, int(sel.sum()), cache_all, 0.0, True)
-    # value j is cached once N >= t_j = m_j v_R / (p_j v_S); sort by that threshold
-    t = ms * v_r / (ps * v_s)
+    o = overheads or Overheads()
+    avail = memory - o.fixed
+    if avail <= 0:
+        raise ConfigError(f"fixed overheads of {o.fixed:.0f} bytes leave nothing of {memory:.0f}")
+    vs = v_s + o.o_s
+    sel = dist.p > 0
+    ps, ms = dist.p[sel], dist.m[sel].astype(np.float64)
+    c = np.where(ms > 0, ms * (v_r + o.o_r) + o.e_r, o.e_e)
+    n_mesh = avail / vs
+    cache_all = float(c.sum())
+    if cache_all <= avail:
+        return Bound(memory, v_s, v_r, math.inf, n_mesh, math.inf, 1.0, int((ms > 0).sum()), cache_all, 0.0, True)
+    # value j is cached once N >= t_j = c_j / (p_j v_S); sort by that threshold
+    t = c / (ps * vs)
     order = np.argsort(t, kind="stable")
-    t, ps, ms = t[order], ps[order], ms[order]
-    cached_bytes = np.concatenate([[0.0], np.cumsum(ms * v_r)])  # first i values cached
+    t, ps, ms, c = t[order], ps[order], ms[order], c[order]
+    cached_bytes = np.concatenate([[0.0], np.cumsum(c)])  # first i values cached
     tail_p = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])  # p of values i.. (disk phase)
     # f(N) with the first i values cached holds for N in [t_{i-1}, t_i]; f(t_i) with i cached:
-    f_at_t = cached_bytes[:-1] + t * v_s * tail_p[:-1]
-    i = int(np.searchsorted(f_at_t, memory, side="left"))  # values 0..i-1 cached
-    n = (memory - cached_bytes[i]) / (v_s * tail_p[i]) if tail_p[i] > 0 else math.inf
-    share = empty_share + float(ps[:i].sum())
+    f_at_t = cached_bytes[:-1] + t * vs * tail_p[:-1]
+    i = int(np.searchsorted(f_at_t, avail, side="left"))  # values 0..i-1 cached
+    n = (avail - cached_bytes[i]) / (vs * tail_p[i]) if tail_p[i] > 0 else math.inf
     return Bound(
         memory=memory,
         v_s=v_s,
@@ -108,9 +138,90 @@ def memory_optimal_bound(dist: KeyDistribution, memory: float, v_s: float, v_r: 
         n_ssbj=n,
         n_meshjoin=n_mesh,
         ratio=n / n_mesh,
-        cache_share=share,
-        cached_values=i,
+        cache_share=float(ps[:i].sum()),
+        cached_values=int((ms[:i] > 0).sum()),
         cache_bytes=float(cached_bytes[i]),
-        disk_bytes=float(n * v_s * tail_p[i]),
+        disk_bytes=float(n * vs * tail_p[i]),
         all_of_r_fits=False,
+    )
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What SSBJ can buy on given data at a budget: the bound and the cost model's prediction."""
+
+    bound: Bound
+    partition_rows: int  # b the planner picks
+    partitions: int
+    predicted_meshjoin_rate: float  # tuples/s (Eq. 3 at MESHJOIN's plan)
+    predicted_ssbj_rate: float  # tuples/s at the bound's cache share, H_S getting what H_R leaves
+    predicted_ratio: float
+    target_rate: float | None = None
+    recommended_budget: float | None = None  # smallest budget whose predicted SSBJ rate meets the target
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        d = {k: v for k, v in asdict(self).items() if k != "bound"}
+        d["bound"] = self.bound.to_dict()
+        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
+
+
+def _predict(
+    dist: KeyDistribution, memory: float, v_s: float, v_r: float, model: CostModel
+) -> tuple[Bound, MemoryPlan, float]:
+    """Return (bound, MESHJOIN's plan, SSBJ's predicted rate) at ``memory`` bytes."""
+    bound = memory_optimal_bound(dist, memory, v_s, v_r)
+    mesh = plan_memory(int(memory), dist.master_rows, v_s, v_r, model)
+    share, left = (1.0 if bound.all_of_r_fits else bound.cache_share), memory - bound.cache_bytes
+    try:
+        ssbj = plan_memory(int(max(left, 1)), dist.master_rows, v_s, v_r, model, cache_share=min(share, 0.999))
+        rate = ssbj.predicted_service_rate
+    except ConfigError:  # H_R leaves no room for a disk buffer: MESHJOIN's own plan is the floor
+        rate = mesh.predicted_service_rate
+    return bound, mesh, max(rate, mesh.predicted_service_rate)
+
+
+def advise(
+    dist: KeyDistribution,
+    memory: float,
+    v_s: float,
+    v_r: float,
+    model: CostModel,
+    target_rate: float | None = None,
+) -> Advice:
+    """Return the bound at ``memory``, the predicted rates, and the budget a ``target_rate`` needs.
+
+    The SSBJ prediction plans H_S with what the bound's cache leaves and the bound's cache
+    share (Eq. 1-3 with the structures' real sizes); it is an upper estimate, as the bound
+    is. The recommended budget is found by bisection on that prediction (it grows with
+    the budget), between one disk-buffer row and twice R's bytes.
+    """
+    bound, mesh, rate = _predict(dist, memory, v_s, v_r, model)
+    rec: float | None = None
+    if target_rate is not None and target_rate > 0:
+        lo, hi = 1024.0, max(2.0 * dist.master_rows * v_r, 1 << 20)
+        try:
+            ok_hi = _predict(dist, hi, v_s, v_r, model)[2] >= target_rate
+        except ConfigError:
+            ok_hi = False
+        if ok_hi:
+            for _ in range(40):
+                mid = math.sqrt(lo * hi)
+                try:
+                    ok = _predict(dist, mid, v_s, v_r, model)[2] >= target_rate
+                except ConfigError:
+                    ok = False
+                lo, hi = (lo, mid) if ok else (mid, hi)
+                if hi / lo < 1.01:
+                    break
+            rec = hi
+    return Advice(
+        bound=bound,
+        partition_rows=mesh.partition_rows,
+        partitions=mesh.partitions,
+        predicted_meshjoin_rate=mesh.predicted_service_rate,
+        predicted_ssbj_rate=rate,
+        predicted_ratio=rate / mesh.predicted_service_rate if mesh.predicted_service_rate else math.nan,
+        target_rate=target_rate,
+        recommended_budget=rec,
     )

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
 
 QUEUE_RECORD = 32  # bytes per chunk record of Q
-STATS_SHARE = 0.05  # most of the budget the candidate table may take
+STATS_SHARE = 0.06  # most of the budget the candidate table may take (~39 B per candidate)
 
 
 @dataclass
@@ -53,7 +53,7 @@ def fixed_bytes(op: SemiStreamJoin) -> int:
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     sb = max(op._sb_bytes, op._sb_peak)
     queue = (op._k + 2) * QUEUE_RECORD
-    return int(disk + op.cache.nbytes() + sb + op.stats.nbytes + queue + op._transient_peak)
+    return int(disk + op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + queue + op._transient_peak)
 
 
 def adapt(op: SemiStreamJoin) -> None:
@@ -137,4 +137,4 @@ def empties_room(op: SemiStreamJoin, n: int) -> int:
 
 def stats_entry_bytes() -> float:
     """Bytes one candidate costs in the statistics table at the target load."""
-    return KeyedTable.bytes_for(1, ST_FIELDS, 8) / 0.6
+    return KeyedTable.bytes_for(1, ST_FIELDS, 4) / 0.6

@@ -241,6 +241,36 @@ def refresh_pairs(
     return out, matched
 
 
+def _fixed_view(a: pa.Array) -> np.ndarray | None:
+    """Rows of a null-free fixed-width array as a (n, width) uint8 view, or None."""
+    t = a.type
+    if a.null_count or not (pa.types.is_fixed_size_binary(t) or pa.types.is_integer(t) or pa.types.is_temporal(t)):
+        return None
+    width = t.byte_width
+    buf = a.buffers()[1]
+    if buf is None:
+        return None
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    return raw[a.offset * width : (a.offset + len(a)) * width].reshape(len(a), width)
+
+
+def _rows_equal(part: pa.Table, rows: np.ndarray, cached: list[pa.Array], old: np.ndarray) -> bool:
+    """Whether ``part``'s ``rows`` equal the cached rows ``old``, column by column.
+
+    Null-free fixed-width columns are compared as raw bytes with NumPy (no Arrow call per
+    column); the others, and floats (NaN != NaN in NumPy), with Arrow's ``equals``.
+    """
+    for c, col in enumerate(part.columns):
+        a = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        va, vb = _fixed_view(a), _fixed_view(cached[c])
+        if va is not None and vb is not None:
+            if not np.array_equal(va[rows], vb[old]):
+                return False
+        elif not a.take(pa.array(rows)).equals(cached[c].take(pa.array(old))):
+            return False
+    return True
+
+
 class Cache:
     """H_R plus the empty entries; see the module doc."""
 
@@ -249,6 +279,8 @@ class Cache:
         self.family = family
         self.columns: list[pa.Array] = [pa.array([], type=f.type) for f in layout]
         self.src = np.zeros(0, dtype=np.int32)
+        self._rows_gen = 0  # bumped whenever columns or src are replaced
+        self._rows_nb = (-1, 0)  # (generation, bytes): summing Arrow buffers per call is slow
         self.index = KeyedTable(4, np.int32)
         self.empties = KeyedTable(2, np.uint8)
         self.cnt_src = np.zeros(1, dtype=np.int64)
@@ -272,7 +304,9 @@ class Cache:
 
     def row_nbytes(self) -> int:
         """Bytes of the cached rows' columns and their partition tags."""
-        return int(sum(c.nbytes for c in self.columns) + self.src.nbytes)
+        if self._rows_nb[0] != self._rows_gen:
+            self._rows_nb = (self._rows_gen, int(sum(c.nbytes for c in self.columns) + self.src.nbytes))
+        return self._rows_nb[1]
 
     def nbytes(self) -> int:
         """Bytes of H_R: rows, tags, index, empty entries, per-partition counts."""
@@ -374,6 +408,7 @@ class Cache:
             self.columns[c] = merged.take(pa.array(order))
         keys = keys[order]
         self.src = src[order].astype(np.int32)
+        self._rows_gen += 1
         # carry f_count and since of values that stay
         old_k, old_p = ix.entries()
         uniq, starts, counts = np.unique(keys, return_index=True, return_counts=True)
@@ -428,9 +463,7 @@ class Cache:
             old, matched = refresh_pairs(self.index.payload, self.src, rf_row, rf_slot, p)
             changed = matched != len(rf_row) or matched != self.cnt_src[p]
             if not changed and matched:
-                fresh = part.take(pa.array(rf_row))
-                prev = self.table().take(pa.array(old))
-                changed = not fresh.equals(prev)
+                changed = not _rows_equal(part, rf_row, self.columns, old)
         if not changed:
             return False
         # the value set stays; only its rows from p are replaced
@@ -464,6 +497,7 @@ class Cache:
         """Restore the state saved by a checkpoint."""
         self.columns = [c.combine_chunks() for c in table.columns]
         self.src = np.asarray(src, dtype=np.int32)
+        self._rows_gen += 1
         self.index.load(index_keys, index_pay, index_cap)
         self.empties.load(empty_keys, empty_pay, empty_cap)
         self.cnt_src = np.bincount(self.src, minlength=max(k, 1)).astype(np.int64)

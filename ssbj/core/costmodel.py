@@ -31,7 +31,7 @@ class CostConstants:
     output row, which equals the paper's per-tuple c_O for one-to-many joins.
     """
 
-    c_fixed: float = 400_000.0
+    c_fixed: float = 200_000.0
     c_io_row: float = 30.0  # c_I/O(b) / b
     c_h: float = 40.0
     c_b: float = 5.0
@@ -119,6 +119,13 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
     )
 
 
+# Bytes the operator's structures add to the raw rows (see ssbj.core.hs and ssbj.core.budget):
+HS_TUPLE_OVERHEAD = 8 + 4 + 5 / 0.75  # per waiting tuple: encoded key, link, worst-case index share
+DISK_ROW_OVERHEAD = 9  # per row of the disk buffer: encoded key and validity
+QUEUE_RECORD = 32  # per chunk record of Q
+RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
     """W and b chosen for a memory budget, with the model's prediction."""
@@ -137,15 +144,19 @@ def plan_memory(
     v_s: float,
     v_r: float,
     model: CostModel,
-    v_p: float = 350.0,
+    v_p: float = HS_TUPLE_OVERHEAD,
     f: float = 1.0,
     cache_share: float = 0.0,
 ) -> MemoryPlan:
     """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
 
-    For each candidate b, Eq. 1 gives the largest w_S that fits, Eq. 2 the cost of the
-    iteration, Eq. 3 the service rate; ``cache_share`` is the expected share of tuples
-    the cache phase serves (0 for MESHJOIN), so w = w_S / (1 - share).
+    For each candidate b, Eq. 1 with the structures' real sizes gives the largest w_S
+    that fits: the disk buffer holds b rows of ``v_R`` plus their encoded keys, H_S's
+    ring holds k + 1 chunks of w_S tuples (k wait, one enters before the oldest leaves)
+    of ``v_S + v_P`` bytes, Q one record per chunk, and a reserve is kept for the value
+    statistics and per-step temporaries. Eq. 2 gives the cost of the iteration, Eq. 3
+    the service rate; ``cache_share`` is the expected share of tuples the cache phase
+    serves (0 for MESHJOIN), so w = w_S / (1 - share).
     """
     if budget <= 0:
         raise ConfigError(f"memory budget must be > 0, got {budget}")
@@ -154,10 +165,10 @@ def plan_memory(
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
     for b in candidates:
         k = math.ceil(r_t / b)
-        left = budget - b * v_r
+        left = budget * (1.0 - RESERVE_SHARE) - b * (v_r + DISK_ROW_OVERHEAD) - (k + 2) * QUEUE_RECORD
         if left <= 0:
             continue
-        w_s = int(left / (k * (v_p + f * v_s)))
+        w_s = int(left / ((k + 1) * (v_p + f * v_s)))
         if w_s < 1:
             continue
         w = w_s / max(1e-6, 1.0 - cache_share)

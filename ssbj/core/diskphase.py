@@ -17,11 +17,21 @@ The inequality uses the bytes each choice really takes: ``n * (v_S + o_S)`` in H
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import pyarrow as pa
 from numba import njit
 
 from ssbj.core.hashing import kset_find, mix
-from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, ix_find
+from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
+from ssbj.core.interest import interest_test
+from ssbj.core.keys import encode_keys
+from ssbj.core.rowsize import row_nbytes
+from ssbj.core.switching import cache_empties
+
+if TYPE_CHECKING:
+    from ssbj.core.operator import SemiStreamJoin
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -63,11 +73,18 @@ def disk_probe(
     hused: np.ndarray,
     ek: np.ndarray,
     eused: np.ndarray,
+    ibits: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
-    """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits)."""
+    """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits).
+
+    ``ibits`` (:mod:`ssbj.core.interest`) tells which rows need the statistics, H_R and
+    empty-entry lookups at all. The output arrays start small and double: their size is
+    the step's transient memory.
+    """
     b = mkeys.shape[0]
-    pm = np.empty(b, dtype=np.int64)
-    psl = np.empty(b, dtype=np.int64)
+    pm = np.empty(min(b, 1024), dtype=np.int64)
+    psl = np.empty(min(b, 1024), dtype=np.int64)
+    look = (fsm == INCREMENTING) | (fsm == SWITCHING) | refresh
     sb = np.empty(0, dtype=np.int64)
     rf_row = np.empty(0, dtype=np.int64)
     rf_slot = np.empty(0, dtype=np.int64)
@@ -102,6 +119,8 @@ def disk_probe(
             if d == 0:
                 break
             s -= d
+        if not look or not interest_test(ibits, h):
+            continue
         if fsm == INCREMENTING or fsm == SWITCHING:  # noqa: SIM109 (numba)
             j = kset_find(st_keys, st_used, key)
             if j >= 0:
@@ -133,42 +152,102 @@ def disk_probe(
     return pm[:k], psl[:k], sb[:nsb], rf_row[:nrf], rf_slot[:nrf], n_empty
 
 
-@njit(cache=True)
-def switch_in_pairs(
-    slots: np.ndarray,
-    which: np.ndarray,
-    p0: np.ndarray,
-    hk_slot: np.ndarray,
-    hpay: np.ndarray,
-    src: np.ndarray,
-    start_field: int,
-    len_field: int,
-) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    """Pairs (slot, H_R row) of switched-in tuples with their value's rows from partitions < p0.
+# ---------------------------------------------------------------- the phase, and expiry
+def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
+    """READ partition p into the disk buffer and probe H_S with it (lines 24-38)."""
+    mk = encode_keys(part.column(0), op._family)
+    op._disk_buffer_bytes = int(part.nbytes + mk.values.nbytes + mk.valid.nbytes)
+    op._disk_buffer_peak = max(op._disk_buffer_peak, op._disk_buffer_bytes)
+    if part.num_rows and (op._rc <= 1 or fsm in (1, 2) or op._vr_avg == 0):
+        seen = op._c.extra.get("master_rows_measured", 0)
+        mb = float(row_nbytes(part.select(op._proj)).sum())
+        op._vr_avg = (op._vr_avg * seen + mb) / (seen + part.num_rows)
+        op._c.bump("master_rows_measured", part.num_rows)
+    if part.num_rows == 0:
+        return
+    hs, st, cache = op.hs, op.stats.table, op.cache
+    refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
+    # tracked since the first step of the incrementing R-cycle (rc - 1) or before
+    eligible = 2 * (op._rc - 1) if fsm == 2 else -1
+    pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
+        mk.values,
+        mk.valid,
+        hs.hix,
+        hs.htag,
+        hs.ring_key,
+        hs.link,
+        hs.cap,
+        hs.lo,
+        hs.hi,
+        not op._verify,
+        fsm if op._use_cache else -1,
+        op._rc,
+        eligible,
+        op.spec.switch_factor,
+        op.tuple_cost(),
+        op.row_cost(),
+        op.entry_cost(),
+        st.keys,
+        st.used,
+        st.payload,
+        refresh,
+        cache.index.keys,
+        cache.index.used,
+        cache.empties.keys,
+        cache.empties.used,
+        op.interest.bits,
+    )
+    op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
+    if len(sb):
+        op._sb_seq += 1
+        t = part.take(sb)
+        op._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), op._sb_seq))
+        op._sb_bytes += int(t.nbytes) + 12 * len(sb)
+        op._sb_peak = max(op._sb_peak, op._sb_bytes)
+    if len(pm):
+        s = hs.take(psl)
+        m = part.take(pm)
+        ok = op._verified(s, m)
+        if ok is not None:
+            s, m, psl = s.filter(ok), m.filter(ok), psl[ok]
+        if op._verify:
+            hs.mark_matched(psl)
+        if len(psl):
+            pairs.append((s, m))
+    if refresh and cache.refresh(p, part, mk.values, rf_row, rf_slot, int(n_empty), op._rc):
+        op._c.bump("cache_refreshes")
 
-    A tuple that entered H_S when partition p0 was loaded has met partitions p0..k-1;
-    the rest of its R-cycle comes from the switching buffer, now part of H_R.
-    """
-    total = 0
-    for t in range(slots.shape[0]):
-        j = hk_slot[which[t]]
-        if j < 0:
-            continue
-        st = hpay[j, start_field]
-        for r in range(st, st + hpay[j, len_field]):
-            if src[r] < p0[t]:
-                total += 1
-    ps = np.empty(total, dtype=np.int64)
-    pr = np.empty(total, dtype=np.int64)
-    k = 0
-    for t in range(slots.shape[0]):
-        j = hk_slot[which[t]]
-        if j < 0:
-            continue
-        st = hpay[j, start_field]
-        for r in range(st, st + hpay[j, len_field]):
-            if src[r] < p0[t]:
-                ps[k] = slots[t]
-                pr[k] = r
-                k += 1
-    return ps, pr
+
+def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:
+    """DELETE the oldest chunk from Q and H_S once it has met every partition of R."""
+    hs = op.hs
+    while len(hs.queue) and hs.queue.oldest()[2] == (p + 1) % op._k:
+        base, n, _, nbytes = hs.queue.pop()
+        um, live, empties, gone = hs_expire(
+            hs.hix,
+            hs.htag,
+            hs.ring_key,
+            hs.link,
+            hs.cap,
+            hs.hi,
+            hs.lo,
+            base + n,
+            op._use_cache,
+            op.empty_cost(),
+            op.tuple_cost(),
+            op.spec.switch_factor,
+            op.stats.table.keys,
+            op.stats.table.used,
+            op.stats.table.payload,
+        )
+        live = int(live)
+        hs.live -= live
+        hs.row_bytes -= nbytes
+        op._c.served_disk += live
+        op._c.matched += live - len(um)
+        if len(um):
+            unmatched.append(hs.take(um))
+        hs.rows.drop_before(base + n)
+        hs.values -= int(gone)
+        if len(empties):
+            cache_empties(op, np.unique(empties), unmatched)

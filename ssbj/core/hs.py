@@ -21,6 +21,7 @@ import pyarrow as pa
 from numba import njit
 
 from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
+from ssbj.core.interest import interest_set
 from ssbj.core.keys import decode_keys
 from ssbj.core.ringstore import RowRing
 
@@ -36,7 +37,7 @@ INDEX_SLOT = 5  # bytes per index slot: slot (4) and hash tag (1)
 
 # Fields of the value-statistics payload (see ssbj.core.stats).
 ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
-ST_SINCE = 1  # step at which tracking began
+ST_SINCE = 1  # when tracking began: 2 x R-cycle, + 1 unless at the R-cycle's first step
 ST_LAST = 2  # last R-cycle the value entered H_S
 ST_DECIDED = 3  # R-cycle of the switching decision
 ST_SWITCH = 4  # 1 while the value's rows are collected in s_B
@@ -57,18 +58,26 @@ def dec(v: np.uint32, hi: int) -> int:  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
+def tag_of(h: np.uint64) -> np.uint8:  # pragma: no cover - compiled
+    """One-byte tag of hash ``h``; 0 marks a free index slot, so tags are 1-255."""
+    t = np.uint8(h & np.uint64(0xFF))
+    return t if t != 0 else np.uint8(1)
+
+
+@njit(cache=True, inline="always")
 def ix_find(
     hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, key: int, h: np.uint64
 ) -> tuple[int, int]:  # pragma: no cover
     """(index slot, newest live slot of ``key``); the slot is -1 and the index slot free if absent.
 
-    A one-byte tag of the hash per index slot spares most key comparisons (each one a
-    read of ``ring_key`` at a random position).
+    The probe walks the one-byte tags (0: free), a fifth of the index's bytes, and reads
+    the slot and ``ring_key`` (a random position) only when a tag matches: most master
+    rows have no tuple in H_S and never leave the tag array.
     """
-    n = hix.shape[0]
+    n = htag.shape[0]
     i = home(h, n)
-    tag = np.uint8(h & np.uint64(0xFF))
-    while hix[i] != EMPTY:
+    tag = tag_of(h)
+    while htag[i] != 0:
         if htag[i] == tag:
             s = dec(hix[i], hi)
             if ring_key[s % cap] == key:
@@ -91,7 +100,7 @@ def ix_delete(
         j += 1
         if j == n:
             j = 0
-        if hix[j] == EMPTY:
+        if htag[j] == 0:
             break
         s = dec(hix[j], hi)
         if between(hole, home(mix(ring_key[s % cap]), n), j):
@@ -100,6 +109,7 @@ def ix_delete(
         htag[hole] = htag[j]
         hole = j
     hix[hole] = EMPTY
+    htag[hole] = 0
 
 
 @njit(cache=True)
@@ -112,12 +122,12 @@ def ix_rebuild(
         s = heads[t]
         h = mix(ring_key[s % cap])
         i = home(h, n)
-        while hix[i] != EMPTY:
+        while htag[i] != 0:
             i += 1
             if i == n:
                 i = 0
         hix[i] = enc(s)
-        htag[i] = np.uint8(h & np.uint64(0xFF))
+        htag[i] = tag_of(h)
 
 
 @njit(cache=True)
@@ -147,8 +157,9 @@ def hs_insert(
     st_used: np.ndarray,
     st_pay: np.ndarray,
     st_meta: np.ndarray,
-    step: int,
+    since: int,
     rc: int,
+    ibits: np.ndarray,
 ) -> int:  # pragma: no cover
     """ADD tuples as slots ``hi0, hi0 + 1, ...`` to H_S; returns the number of new values.
 
@@ -172,7 +183,7 @@ def hs_insert(
             link[pos] = np.uint32(0)
             created += 1
         hix[i] = enc(s)
-        htag[i] = np.uint8(h & np.uint64(0xFF))
+        htag[i] = tag_of(h)
         if track:
             j = kset_slot(st_keys, st_used, key)
             if j >= 0:
@@ -182,11 +193,12 @@ def hs_insert(
                 st_used[j] = True
                 st_keys[j] = key
                 st_pay[j, ST_ROWS] = 0
-                st_pay[j, ST_SINCE] = step
+                st_pay[j, ST_SINCE] = since
                 st_pay[j, ST_LAST] = rc
                 st_pay[j, ST_DECIDED] = -1
                 st_pay[j, ST_SWITCH] = 0
                 st_meta[0] += 1
+                interest_set(ibits, h)
     return created
 
 

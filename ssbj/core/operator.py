@@ -15,9 +15,13 @@ of the SSBJ paper (Naeem, Weber, Lutteroth, DAPD 2018):
 4. expiry (lines 39-41): the oldest chunk, which has now met every partition of R,
    leaves H_S and Q; a tuple leaving unmatched shows that its value has no master rows.
 
-The structures live in their own modules: H_S and Q in :mod:`ssbj.core.hs`, H_R in
-:mod:`ssbj.core.cache`, the per-value statistics in :mod:`ssbj.core.stats`, the memory
-budget in :mod:`ssbj.core.budget`, checkpoints in :mod:`ssbj.core.persist`.
+This module orchestrates; each phase and structure lives in its own module: the cache
+phase in :mod:`ssbj.core.cachephase`, the disk phase and expiry in
+:mod:`ssbj.core.diskphase`, switch-in, empty entries and H_R rebuilds in
+:mod:`ssbj.core.switching`; H_S and Q in :mod:`ssbj.core.hs`, H_R in
+:mod:`ssbj.core.cache`, the value statistics in :mod:`ssbj.core.stats`, the disk phase's
+filter in :mod:`ssbj.core.interest`, the memory budget in :mod:`ssbj.core.budget`,
+checkpoints in :mod:`ssbj.core.persist`, Theorem 1 in :mod:`ssbj.core.bound`.
 Departures from the pseudocode are listed in ``docs/architecture.md``.
 """
 
@@ -35,13 +39,15 @@ import pyarrow.compute as pc
 
 from ssbj.contracts import OperatorTotals
 from ssbj.core import budget as B
+from ssbj.core import cachephase as CP
+from ssbj.core import diskphase as DP
+from ssbj.core import switching as SW
 from ssbj.core.arrowtypes import plain_schema, plain_table
-from ssbj.core.cache import HR_LEN, HR_START, Cache, cache_probe, expand_hits
+from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
-from ssbj.core.diskphase import disk_probe, switch_in_pairs
-from ssbj.core.hashing import kset_find
-from ssbj.core.hs import StreamTable, hs_expire, hs_insert, hs_remove
+from ssbj.core.hs import StreamTable
+from ssbj.core.interest import Interest
 from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
@@ -116,6 +122,7 @@ class SemiStreamJoin:
         self.cache = Cache(self._master_layout, self._family)
         self.cache.set_partitions(self._k)
         self.stats = ValueStats()
+        self.interest = Interest()  # values the disk phase looks up beyond H_S
         self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
         self._sb_seq = 0
         self._sb_bytes = 0
@@ -215,15 +222,15 @@ class SemiStreamJoin:
             self._begin_r_cycle(pairs, unmatched)
         fsm = self.fsm_code
         t1 = time.perf_counter()
-        w_n, w_s, w_null = self._cache_phase(pairs, unmatched)
+        w_n, w_s, w_null = CP.cache_phase(self, pairs, unmatched)
         t2 = time.perf_counter()
         p = self._p
         part = plain_table(self.master.read_partition(p).select(self._mcols))
         t3 = time.perf_counter()
-        self._disk_phase(p, part, fsm, pairs)
+        DP.disk_phase(self, p, part, fsm, pairs)
         if self.spec.memory_budget is not None and self._rc == 1 and self._step == self._cycle_start[1]:
             B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
-        self._expire(p, unmatched)
+        DP.expire(self, p, unmatched)
         self._p = (p + 1) % self._k
         enriched = self._assemble(pairs)
         um = pa.concat_tables(unmatched) if unmatched else self.stream_schema.empty_table()
@@ -279,291 +286,28 @@ class SemiStreamJoin:
                 self._c.evicted += len(evicted) + n_empty
             switching = self.stats.switching() if self._rc % 3 == 0 else np.zeros(0, np.int64)
             if len(evicted) or len(switching):
-                self._rebuild_hr(evicted, switching)
+                SW.rebuild_hr(self, evicted, switching)
             if len(switching):  # phase-out: MOVE all tuples from s_B to H_R
-                self._switch_in(switching, pairs, unmatched)
+                SW.switch_in(self, switching, pairs, unmatched)
             if self._rc % 3 == 0:
+                self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
                 self.stats.reset_s_count()
+            self.rebuild_interest()
         B.adapt(self)
 
-    def _rebuild_hr(self, evicted: np.ndarray, switching: np.ndarray) -> None:
-        """Rebuild H_R without the evicted values and with s_B (values switching in)."""
-        sb = [t for t, _, _, _ in self._sb]
-        table = pa.concat_tables(sb).combine_chunks() if sb else None
-        keys = np.concatenate([k for _, k, _, _ in self._sb]) if self._sb else np.zeros(0, np.int64)
-        src = np.concatenate([s for _, _, s, _ in self._sb]) if self._sb else np.zeros(0, np.int32)
-        after = np.concatenate([self.cache.index.keys[self.cache.index.used], switching])
-        after = after[~np.isin(after, evicted)]
-        self.cache.rebuild(evicted, table, keys, src, self._rc, cached_after=after)
-        self._sb = []
-        self._sb_bytes = 0
+    def rebuild_interest(self) -> None:
+        """Refill the disk phase's filter from the statistics, H_R and the empty entries."""
+        st, cache = self.stats.table, self.cache
+        self.interest.rebuild(
+            st.keys[st.used],
+            cache.index.keys[cache.index.used],
+            cache.empties.keys[cache.empties.used],
+            expect=int(self.stats.meta[1]) + cache.values + 2 * cache.empty_values + 64,
+        )
 
     # ------------------------------------------------------------------ cache phase
-    def _hs_room(self) -> int:
-        """Tuples the new H_S chunk may take (the ring is sized by the budget)."""
-        if self.spec.memory_budget is None:
-            return 1 << 62
-        return max(self.hs.cap - self.hs.span, 0)
-
-    def _cache_phase(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> tuple[int, int, int]:
-        """READ w stream tuples; hits are answered from H_R, misses form the new H_S chunk."""
-        budget = self._chunk_bytes
-        used = 0
-        remaining = self.spec.max_step_tuples
-        room = self._hs_room()
-        cache = self.cache
-        use_cache = self._use_cache and (cache.values + cache.empty_values) > 0
-        miss_tables: list[pa.Table] = []
-        miss_keys: list[np.ndarray] = []
-        miss_bytes = 0
-        w_n = w_s = w_null = 0
-        hr_table = cache.table() if use_cache else None
-        while self._buffer and remaining > 0 and used < budget:
-            buf = self._buffer[0]
-            start = buf.pos
-            consumed, hit, miss_idx, null_idx, emp_idx, used = cache_probe(
-                cache.index.keys,
-                cache.index.used,
-                cache.index.payload,
-                cache.empties.keys,
-                cache.empties.used,
-                cache.empties.payload,
-                buf.keys.values,
-                buf.keys.valid,
-                buf.row_bytes,
-                start,
-                budget,
-                used,
-                room - w_s,
-                remaining,
-                use_cache,
-            )
-            consumed = int(consumed)
-            if consumed == 0:
-                break
-            self._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
-            remaining -= consumed
-            buf.pos += consumed
-            if len(null_idx):
-                unmatched.append(buf.table.take(null_idx))
-                w_null += len(null_idx)
-            if len(emp_idx):
-                unmatched.append(buf.table.take(emp_idx))
-                w_n += len(emp_idx)
-            n_hits = int(np.count_nonzero(hit >= 0))
-            if n_hits:
-                assert hr_table is not None  # noqa: S101 - use_cache implies it
-                ps, pr = expand_hits(hit, cache.index.payload, start)
-                s = buf.table.take(ps)
-                m = hr_table.take(pr)
-                ok = self._verified(s, m)
-                if ok is not None:
-                    s, m, ps = s.filter(ok), m.filter(ok), ps[ok]
-                if len(ps):
-                    pairs.append((s, m))
-                matched = np.zeros(consumed, dtype=bool)
-                matched[ps - start] = True
-                n_matched = int(np.count_nonzero(matched))
-                self._c.matched += n_matched
-                if n_matched < n_hits:
-                    lost = np.flatnonzero((hit >= 0) & ~matched) + start
-                    unmatched.append(buf.table.take(lost))
-                w_n += n_hits
-            if len(miss_idx):
-                miss_tables.append(buf.table.take(miss_idx))
-                miss_keys.append(buf.keys.values[miss_idx])
-                miss_bytes += int(buf.row_bytes[miss_idx].sum())
-                w_s += len(miss_idx)
-            if buf.pos >= buf.table.num_rows:
-                self._buffer.popleft()
-            else:
-                break  # stopped inside the batch: the chunk is full or max_step_tuples reached
-        self._c.served_cache += w_n
-        self._c.null_keys += w_null
-        if miss_tables:
-            t = pa.concat_tables(miss_tables) if len(miss_tables) > 1 else miss_tables[0]
-            self._hs_add(t, np.concatenate(miss_keys), miss_bytes)
-        return w_n, w_s, w_null
-
-    def _hs_add(self, table: pa.Table, keys: np.ndarray, nbytes: int) -> None:
-        """ADD the chunk into H_S and its pointer into the queue Q."""
-        hs = self.hs
-        n = table.num_rows
-        if hs.span + n > hs.cap:  # without a budget the ring grows on demand
-            hs.set_capacity(max(2 * hs.cap, hs.span + n))
-        hs.reserve_values(n, B.index_limit(self))
-        if self._use_cache:
-            self.stats.grow(B.stats_limit(self))
-        st = self.stats.table
-        hs.values += int(
-            hs_insert(
-                hs.hix,
-                hs.htag,
-                hs.ring_key,
-                hs.link,
-                hs.cap,
-                hs.lo,
-                hs.hi,
-                keys,
-                self._use_cache,
-                st.keys,
-                st.used,
-                st.payload,
-                self.stats.meta,
-                self._step,
-                self._rc,
-            )
-        )
-        hs.rows.append(table)
-        hs.queue.push(hs.hi - n, n, self._p, nbytes)
-        hs.live += n
-        hs.row_bytes += nbytes
 
     # ------------------------------------------------------------------ disk phase
-    def _disk_phase(self, p: int, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
-        """READ partition p into the disk buffer and probe H_S with it (lines 24-38)."""
-        mk = encode_keys(part.column(0), self._family)
-        self._disk_buffer_bytes = int(part.nbytes + mk.values.nbytes + mk.valid.nbytes)
-        self._disk_buffer_peak = max(self._disk_buffer_peak, self._disk_buffer_bytes)
-        if part.num_rows and (self._rc <= 1 or fsm in (1, 2) or self._vr_avg == 0):
-            seen = self._c.extra.get("master_rows_measured", 0)
-            mb = float(row_nbytes(part.select(self._proj)).sum())
-            self._vr_avg = (self._vr_avg * seen + mb) / (seen + part.num_rows)
-            self._c.bump("master_rows_measured", part.num_rows)
-        if part.num_rows == 0:
-            return
-        hs, st, cache = self.hs, self.stats.table, self.cache
-        refresh = self._use_cache and (cache.values + cache.empty_values) > 0
-        eligible = self._cycle_start.get(self._rc - 1, -1) if fsm == 2 else -1
-        pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
-            mk.values,
-            mk.valid,
-            hs.hix,
-            hs.htag,
-            hs.ring_key,
-            hs.link,
-            hs.cap,
-            hs.lo,
-            hs.hi,
-            not self._verify,
-            fsm if self._use_cache else -1,
-            self._rc,
-            eligible,
-            self.spec.switch_factor,
-            self.tuple_cost(),
-            self.row_cost(),
-            self.entry_cost(),
-            st.keys,
-            st.used,
-            st.payload,
-            refresh,
-            cache.index.keys,
-            cache.index.used,
-            cache.empties.keys,
-            cache.empties.used,
-        )
-        self._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
-        if len(sb):
-            self._sb_seq += 1
-            t = part.take(sb)
-            self._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), self._sb_seq))
-            self._sb_bytes += int(t.nbytes) + 12 * len(sb)
-            self._sb_peak = max(self._sb_peak, self._sb_bytes)
-        if len(pm):
-            s = hs.take(psl)
-            m = part.take(pm)
-            ok = self._verified(s, m)
-            if ok is not None:
-                s, m, psl = s.filter(ok), m.filter(ok), psl[ok]
-            if self._verify:
-                hs.mark_matched(psl)
-            if len(psl):
-                pairs.append((s, m))
-        if refresh and cache.refresh(p, part, mk.values, rf_row, rf_slot, int(n_empty), self._rc):
-            self._c.bump("cache_refreshes")
-
-    def _expire(self, p: int, unmatched: list[pa.Table]) -> None:
-        """DELETE the oldest chunk from Q and H_S once it has met every partition of R."""
-        hs = self.hs
-        while len(hs.queue) and hs.queue.oldest()[2] == (p + 1) % self._k:
-            base, n, _, nbytes = hs.queue.pop()
-            um, live, empties, gone = hs_expire(
-                hs.hix,
-                hs.htag,
-                hs.ring_key,
-                hs.link,
-                hs.cap,
-                hs.hi,
-                hs.lo,
-                base + n,
-                self._use_cache,
-                self.empty_cost(),
-                self.tuple_cost(),
-                self.spec.switch_factor,
-                self.stats.table.keys,
-                self.stats.table.used,
-                self.stats.table.payload,
-            )
-            live = int(live)
-            hs.live -= live
-            hs.row_bytes -= nbytes
-            self._c.served_disk += live
-            self._c.matched += live - len(um)
-            if len(um):
-                unmatched.append(hs.take(um))
-            hs.rows.drop_before(base + n)
-            hs.values -= int(gone)
-            if len(empties):
-                self._cache_empties(np.unique(empties), unmatched)
-
-    def _cache_empties(self, keys: np.ndarray, unmatched: list[pa.Table]) -> None:
-        """Values found to have no master rows enter the cache as empty entries.
-
-        Their other tuples in H_S cannot match either: they finish now, unmatched.
-        """
-        limit = B.empties_room(self, len(keys))
-        keys = keys[:limit]
-        if not len(keys):
-            return
-        self.cache.add_empties(keys, self._rc)
-        hs = self.hs
-        slots, which = hs_remove(hs.hix, hs.htag, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
-        hs.values -= len(np.unique(which))
-        if len(slots):
-            unmatched.append(hs.take(slots))
-            hs.live -= len(slots)
-            self._c.served_disk += len(slots)
-        self.stats.delete(keys)
-        self._c.bump("empties_cached", len(keys))
-
-    def _switch_in(self, keys: np.ndarray, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> None:
-        """Finish the H_S tuples of values now in H_R with the s_B rows they have not met."""
-        hs = self.hs
-        slots, which = hs_remove(hs.hix, hs.htag, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
-        ix = self.cache.index
-        hk_slot = np.array([kset_find(ix.keys, ix.used, int(k)) for k in keys], dtype=np.int64)
-        recs = hs.queue.records()
-        chunk = np.searchsorted(recs[:, 0], slots, side="right") - 1
-        p0 = recs[chunk, 2] if len(slots) else np.zeros(0, np.int64)
-        ps, pr = switch_in_pairs(slots, which, p0, hk_slot, ix.payload, self.cache.src, HR_START, HR_LEN)
-        matched = hs.matched(slots)
-        if len(ps):
-            s = hs.take(ps)
-            m = self.cache.table().take(pr)
-            ok = self._verified(s, m)
-            if ok is not None:
-                s, m, ps = s.filter(ok), m.filter(ok), ps[ok]
-            if len(ps):
-                pairs.append((s, m))
-                matched |= np.isin(slots, ps)
-        self._c.served_disk += len(slots)
-        hs.live -= len(slots)
-        self._c.matched += int(np.count_nonzero(matched))
-        if not matched.all():
-            unmatched.append(hs.take(slots[~matched]))
-        hs.values -= len(np.unique(which))
-        self.stats.delete(keys)
-        self._c.switched_in += len(keys)
 
     # ------------------------------------------------------------------ output
     def _verified(self, s: pa.Table, m: pa.Table) -> np.ndarray | None:
@@ -630,6 +374,7 @@ class SemiStreamJoin:
 
         op = cls(spec, master, stream_schema, master_schema, cost_model)
         persist.load(op, store, checkpoint_id)
+        op.rebuild_interest()
         return op
 
     # ------------------------------------------------------------------ reporting
@@ -641,7 +386,7 @@ class SemiStreamJoin:
             queue=self.hs.queue.nbytes,
             disk_buffer=self._disk_buffer_bytes,
             switching_buffer=self._sb_bytes,
-            key_table=self.stats.nbytes,
+            key_table=self.stats.nbytes + self.interest.nbytes,
             stream_buffer=self._buffer_bytes,
             entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
             transient=self._transient,

@@ -39,6 +39,12 @@ class JoinSpec:
     takes (H_S's key, link and index share per tuple; H_R's partition tag per row and
     index entry per value; an empty entry's slot). ``False`` compares the row bytes
     alone, the paper's ``m * v_R < n * v_S``.
+
+    ``refresh_cache``: every partition the disk phase reads also refreshes the cached
+    rows read from it, so no cached row is older than one R-cycle (updates, inserts and
+    deletes of master rows reach the cache phase). ``False`` skips that work: cached rows
+    then stay as they were switched in until their value is evicted, which is exact only
+    while the master data does not change.
     """
 
     stream_key: str
@@ -52,6 +58,7 @@ class JoinSpec:
     memory_budget: int | None = None
     min_chunk_bytes: int = 1
     count_overheads: bool = True
+    refresh_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("ssbj", "meshjoin"):

@@ -50,7 +50,7 @@ class ValueStats:
     """The candidates' s_count, tracking start, last sighting and switching state."""
 
     def __init__(self, max_values: int = 1 << 16) -> None:
-        self.table = KeyedTable(ST_FIELDS, np.int64, capacity_for(64))
+        self.table = KeyedTable(ST_FIELDS, np.int32, capacity_for(64))
         self.meta = np.array([0, 0], dtype=np.int64)  # entries, most entries the kernels may add
         self.max_values = max_values
         self._set_limit()
@@ -75,7 +75,7 @@ class ValueStats:
         if self.size < 0.8 * self.meta[1] or self.meta[1] >= self.max_values:
             return
         want = capacity_for(2 * self.size + 64)
-        per = KeyedTable.bytes_for(1, ST_FIELDS, 8)
+        per = KeyedTable.bytes_for(1, ST_FIELDS, 4)
         want = min(want, max(t.cap, max_bytes // per))
         if want > t.cap:
             t.resize(want)
@@ -85,7 +85,7 @@ class ValueStats:
         """Shrink the table (dropping no entry) toward ``max_bytes``."""
         t = self.table
         t.size = self.size
-        per = KeyedTable.bytes_for(1, ST_FIELDS, 8)
+        per = KeyedTable.bytes_for(1, ST_FIELDS, 4)
         cap = max(capacity_for(self.size, MAX_LOAD), max_bytes // per, 16)
         if cap < t.cap:
             t.resize(cap)
@@ -99,6 +99,24 @@ class ValueStats:
     def reset_s_count(self) -> None:
         """RESET all s_count to 0 (start of the phase-out R-cycle)."""
         self.table.payload[:, ST_ROWS] = 0
+
+    def prune_decided(self, rc: int) -> int:
+        """At phase-out (``rc``): stop tracking candidates that are settled for this round.
+
+        A candidate tracked through the whole incrementing R-cycle (rc - 2) that met no
+        master row has none (the empty entries take such values at expiry); one decided in
+        the switching R-cycle (rc - 1) against the cache failed the inequality. Both would
+        hold their slot for nothing while a bounded table turns new candidates away; they
+        come back when they again have two tuples in H_S.
+        """
+        t = self.table
+        pay = t.payload
+        settled = (pay[:, ST_SWITCH] == 0) & (
+            (pay[:, ST_DECIDED] == rc - 1) | ((pay[:, ST_SINCE] <= 2 * (rc - 2)) & (pay[:, ST_ROWS] == 0))
+        )
+        keys = t.keys[t.used & settled]
+        self.delete(keys)
+        return len(keys)
 
     def switching(self) -> np.ndarray:
         """Values whose rows are in s_B."""

@@ -21,6 +21,7 @@ from ssbj.core import (
     plan_memory,
 )
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.costmodel import DISK_ROW_OVERHEAD, HS_TUPLE_OVERHEAD, QUEUE_RECORD, RESERVE_SHARE
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import CheckpointError, ConfigError
 
@@ -69,8 +70,14 @@ def test_plan_memory_respects_eq1_and_grows_with_budget() -> None:
     rates = []
     for budget in [300_000, 1_000_000, 5_000_000, 50_000_000]:
         plan = plan_memory(budget, 1_000_000, 40.0, 30.0, model)
-        mem = CostModel.memory(plan.partition_rows, 0, plan.w_s, 1_000_000, 40.0, 30.0, 350.0, 1.0)
-        assert mem <= budget
+        k = plan.partitions
+        # the disk buffer, H_S's ring of k + 1 chunks, Q, and the reserve
+        mem = (
+            plan.partition_rows * (30.0 + DISK_ROW_OVERHEAD)
+            + (k + 1) * plan.w_s * (40.0 + HS_TUPLE_OVERHEAD)
+            + (k + 2) * QUEUE_RECORD
+        )
+        assert mem <= budget * (1 - RESERVE_SHARE)
         assert plan.partitions * plan.partition_rows >= 1_000_000
         rates.append(plan.predicted_service_rate)
     assert rates == sorted(rates)

@@ -1,0 +1,152 @@
+"""The cache phase (Algorithm 1, lines 15-23): READ w stream tuples, answer hits from H_R.
+
+Misses form the new chunk of H_S and its record in Q (ADD); a value that now has two
+tuples or more in H_S becomes a candidate of the value statistics.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from ssbj.core import budget as B
+from ssbj.core.cache import cache_probe, expand_hits
+from ssbj.core.hs import hs_insert
+
+if TYPE_CHECKING:
+    from ssbj.core.operator import SemiStreamJoin
+
+
+def hs_room(op: SemiStreamJoin) -> int:
+    """Tuples the new H_S chunk may take (the ring is sized by the budget)."""
+    if op.spec.memory_budget is None:
+        return 1 << 62
+    return max(op.hs.cap - op.hs.span, 0)
+
+
+def cache_phase(
+    op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
+) -> tuple[int, int, int]:
+    """READ w stream tuples; hits are answered from H_R, misses form the new H_S chunk."""
+    budget = op._chunk_bytes
+    used = 0
+    remaining = op.spec.max_step_tuples
+    room = hs_room(
+        op,
+    )
+    cache = op.cache
+    use_cache = op._use_cache and (cache.values + cache.empty_values) > 0
+    miss_tables: list[pa.Table] = []
+    miss_keys: list[np.ndarray] = []
+    miss_bytes = 0
+    w_n = w_s = w_null = 0
+    hr_table = cache.table() if use_cache else None
+    while op._buffer and remaining > 0 and used < budget:
+        buf = op._buffer[0]
+        start = buf.pos
+        consumed, hit, miss_idx, null_idx, emp_idx, used = cache_probe(
+            cache.index.keys,
+            cache.index.used,
+            cache.index.payload,
+            cache.empties.keys,
+            cache.empties.used,
+            cache.empties.payload,
+            buf.keys.values,
+            buf.keys.valid,
+            buf.row_bytes,
+            start,
+            budget,
+            used,
+            room - w_s,
+            remaining,
+            use_cache,
+        )
+        consumed = int(consumed)
+        if consumed == 0:
+            break
+        op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
+        remaining -= consumed
+        buf.pos += consumed
+        if len(null_idx):
+            unmatched.append(buf.table.take(null_idx))
+            w_null += len(null_idx)
+        if len(emp_idx):
+            unmatched.append(buf.table.take(emp_idx))
+            w_n += len(emp_idx)
+        n_hits = int(np.count_nonzero(hit >= 0))
+        if n_hits:
+            assert hr_table is not None  # noqa: S101 - use_cache implies it
+            ps, pr = expand_hits(hit, cache.index.payload, start)
+            s = buf.table.take(ps)
+            m = hr_table.take(pr)
+            ok = op._verified(s, m)
+            if ok is not None:
+                s, m, ps = s.filter(ok), m.filter(ok), ps[ok]
+            if len(ps):
+                pairs.append((s, m))
+            matched = np.zeros(consumed, dtype=bool)
+            matched[ps - start] = True
+            n_matched = int(np.count_nonzero(matched))
+            op._c.matched += n_matched
+            if n_matched < n_hits:
+                lost = np.flatnonzero((hit >= 0) & ~matched) + start
+                unmatched.append(buf.table.take(lost))
+            w_n += n_hits
+        if len(miss_idx):
+            miss_tables.append(buf.table.take(miss_idx))
+            miss_keys.append(buf.keys.values[miss_idx])
+            miss_bytes += int(buf.row_bytes[miss_idx].sum())
+            w_s += len(miss_idx)
+        if buf.pos >= buf.table.num_rows:
+            op._buffer.popleft()
+        else:
+            break  # stopped inside the batch: the chunk is full or max_step_tuples reached
+    op._c.served_cache += w_n
+    op._c.null_keys += w_null
+    if miss_tables:
+        t = pa.concat_tables(miss_tables) if len(miss_tables) > 1 else miss_tables[0]
+        hs_add(op, t, np.concatenate(miss_keys), miss_bytes)
+    return w_n, w_s, w_null
+
+
+def hs_add(op: SemiStreamJoin, table: pa.Table, keys: np.ndarray, nbytes: int) -> None:
+    """ADD the chunk into H_S and its pointer into the queue Q."""
+    hs = op.hs
+    n = table.num_rows
+    if hs.span + n > hs.cap:  # without a budget the ring grows on demand
+        hs.set_capacity(max(2 * hs.cap, hs.span + n))
+    hs.reserve_values(n, B.index_limit(op))
+    if op._use_cache:
+        op.stats.grow(B.stats_limit(op))
+    st = op.stats.table
+    tracked = op.stats.size
+    hs.values += int(
+        hs_insert(
+            hs.hix,
+            hs.htag,
+            hs.ring_key,
+            hs.link,
+            hs.cap,
+            hs.lo,
+            hs.hi,
+            keys,
+            op._use_cache,
+            st.keys,
+            st.used,
+            st.payload,
+            op.stats.meta,
+            # when tracking began: 2 rc, +1 unless at the R-cycle's first step (int32-safe)
+            2 * op._rc + (0 if op._step == op._cycle_start.get(op._rc, -1) else 1),
+            op._rc,
+            op.interest.bits,
+        )
+    )
+    op.interest.added += op.stats.size - tracked
+    if op.interest.overfull:
+        op.rebuild_interest()
+    hs.rows.append(table)
+    hs.queue.push(hs.hi - n, n, op._p, nbytes)
+    hs.live += n
+    hs.row_bytes += nbytes

@@ -1,0 +1,88 @@
+"""A one-hash bit filter of the join values the disk phase must look up beyond H_S.
+
+Per master row the disk phase probes H_S; in SSBJ it may also need the value statistics
+(s_count, the switching decision), H_R's index (refresh of cached rows) and the empty
+entries. Those tables are small and their values rare among R's rows, so each probe is a
+cache miss that almost always finds nothing. The filter holds one bit per hash of every
+value in any of them (16 bits per value: ~6% false positives) and sits in the L2 cache;
+a row whose bit is clear skips the three lookups. False positives only cost a lookup;
+there are no false negatives because every insertion into those tables sets the bit,
+and the filter is rebuilt from the tables (dropping stale bits) at each R-cycle start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ssbj.core.hashing import mix
+
+# mypy: disable-error-code="return-value,arg-type,no-any-return"
+
+BITS_PER_VALUE = 16
+
+
+@njit(cache=True, inline="always")
+def bit_of(h: np.uint64, mask: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    """Bit of hash ``h`` (bits 8-39, apart from the ones the tables' home slots use)."""
+    return (h >> np.uint64(8)) & mask
+
+
+@njit(cache=True, inline="always")
+def interest_test(bits: np.ndarray, h: np.uint64) -> bool:  # pragma: no cover - compiled
+    """Whether the value with hash ``h`` may be in one of the filtered tables."""
+    b = bit_of(h, np.uint64(bits.shape[0] * 64 - 1))
+    return (bits[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1) != 0
+
+
+@njit(cache=True, inline="always")
+def interest_set(bits: np.ndarray, h: np.uint64) -> None:  # pragma: no cover - compiled
+    """Set the bit of hash ``h``."""
+    b = bit_of(h, np.uint64(bits.shape[0] * 64 - 1))
+    bits[b >> np.uint64(6)] |= np.uint64(1) << (b & np.uint64(63))
+
+
+@njit(cache=True)
+def interest_add(bits: np.ndarray, keys: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Set the bits of ``keys``."""
+    for t in range(keys.shape[0]):
+        interest_set(bits, mix(keys[t]))
+
+
+class Interest:
+    """The filter's bits (a power of two of them) and how many values it was sized for."""
+
+    def __init__(self) -> None:
+        self.bits = np.zeros(1, dtype=np.uint64)
+        self.planned = 0
+        self.added = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the bit array."""
+        return int(self.bits.nbytes)
+
+    def rebuild(self, *key_sets: np.ndarray, expect: int = 0) -> None:
+        """Hold exactly ``key_sets``, sized for ``expect`` values or the keys given, if more."""
+        n = sum(len(k) for k in key_sets)
+        want = max(n, expect, 64)
+        words = 1 << max(0, int(np.ceil(np.log2(want * BITS_PER_VALUE / 64))))
+        if words != self.bits.shape[0]:
+            self.bits = np.zeros(words, dtype=np.uint64)
+        else:
+            self.bits[:] = 0
+        self.planned = want
+        self.added = 0
+        for k in key_sets:
+            interest_add(self.bits, np.asarray(k, dtype=np.int64))
+        self.added = n
+
+    def add(self, keys: np.ndarray) -> None:
+        """Set the bits of new values (the filter fills up until the next rebuild)."""
+        interest_add(self.bits, np.asarray(keys, dtype=np.int64))
+        self.added += len(keys)
+
+    @property
+    def overfull(self) -> bool:
+        """More values than planned: false positives grow, rebuild bigger."""
+        return self.added > 2 * self.planned

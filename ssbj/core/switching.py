@@ -1,0 +1,136 @@
+"""Moving values into the cache: switch-in of s_B (phase-out), empty entries, H_R rebuilds.
+
+* :func:`rebuild_hr`: H_R without the evicted values and with s_B (lines 10-14, 42-51);
+* :func:`switch_in`: the H_S tuples of switched values finish at once against the s_B
+  rows of the partitions they had not met (exact, see docs/architecture.md);
+* :func:`cache_empties`: values shown to have no master rows become empty entries.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from ssbj.core import budget as B
+from ssbj.core.cache import HR_LEN, HR_START
+from ssbj.core.hashing import kset_find
+from ssbj.core.hs import hs_remove
+
+if TYPE_CHECKING:
+    from ssbj.core.operator import SemiStreamJoin
+
+
+# mypy: disable-error-code="no-any-return"
+
+
+@njit(cache=True)
+def switch_in_pairs(
+    slots: np.ndarray,
+    which: np.ndarray,
+    p0: np.ndarray,
+    hk_slot: np.ndarray,
+    hpay: np.ndarray,
+    src: np.ndarray,
+    start_field: int,
+    len_field: int,
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Pairs (slot, H_R row) of switched-in tuples with their value's rows from partitions < p0.
+
+    A tuple that entered H_S when partition p0 was loaded has met partitions p0..k-1;
+    the rest of its R-cycle comes from the switching buffer, now part of H_R.
+    """
+    total = 0
+    for t in range(slots.shape[0]):
+        j = hk_slot[which[t]]
+        if j < 0:
+            continue
+        st = hpay[j, start_field]
+        for r in range(st, st + hpay[j, len_field]):
+            if src[r] < p0[t]:
+                total += 1
+    ps = np.empty(total, dtype=np.int64)
+    pr = np.empty(total, dtype=np.int64)
+    k = 0
+    for t in range(slots.shape[0]):
+        j = hk_slot[which[t]]
+        if j < 0:
+            continue
+        st = hpay[j, start_field]
+        for r in range(st, st + hpay[j, len_field]):
+            if src[r] < p0[t]:
+                ps[k] = slots[t]
+                pr[k] = r
+                k += 1
+    return ps, pr
+
+
+def rebuild_hr(op: SemiStreamJoin, evicted: np.ndarray, switching: np.ndarray) -> None:
+    """Rebuild H_R without the evicted values and with s_B (values switching in)."""
+    sb = [t for t, _, _, _ in op._sb]
+    table = pa.concat_tables(sb).combine_chunks() if sb else None
+    keys = np.concatenate([k for _, k, _, _ in op._sb]) if op._sb else np.zeros(0, np.int64)
+    src = np.concatenate([s for _, _, s, _ in op._sb]) if op._sb else np.zeros(0, np.int32)
+    after = np.concatenate([op.cache.index.keys[op.cache.index.used], switching])
+    after = after[~np.isin(after, evicted)]
+    op.cache.rebuild(evicted, table, keys, src, op._rc, cached_after=after)
+    op._sb = []
+    op._sb_bytes = 0
+
+
+def cache_empties(op: SemiStreamJoin, keys: np.ndarray, unmatched: list[pa.Table]) -> None:
+    """Values found to have no master rows enter the cache as empty entries.
+
+    Their other tuples in H_S cannot match either: they finish now, unmatched.
+    """
+    limit = B.empties_room(op, len(keys))
+    keys = keys[:limit]
+    if not len(keys):
+        return
+    op.cache.add_empties(keys, op._rc)
+    op.interest.add(keys)
+    if op.interest.overfull:
+        op.rebuild_interest()
+    hs = op.hs
+    slots, which = hs_remove(hs.hix, hs.htag, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
+    hs.values -= len(np.unique(which))
+    if len(slots):
+        unmatched.append(hs.take(slots))
+        hs.live -= len(slots)
+        op._c.served_disk += len(slots)
+    op.stats.delete(keys)
+    op._c.bump("empties_cached", len(keys))
+
+
+def switch_in(
+    op: SemiStreamJoin, keys: np.ndarray, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
+) -> None:
+    """Finish the H_S tuples of values now in H_R with the s_B rows they have not met."""
+    hs = op.hs
+    slots, which = hs_remove(hs.hix, hs.htag, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
+    ix = op.cache.index
+    hk_slot = np.array([kset_find(ix.keys, ix.used, int(k)) for k in keys], dtype=np.int64)
+    recs = hs.queue.records()
+    chunk = np.searchsorted(recs[:, 0], slots, side="right") - 1
+    p0 = recs[chunk, 2] if len(slots) else np.zeros(0, np.int64)
+    ps, pr = switch_in_pairs(slots, which, p0, hk_slot, ix.payload, op.cache.src, HR_START, HR_LEN)
+    matched = hs.matched(slots)
+    if len(ps):
+        s = hs.take(ps)
+        m = op.cache.table().take(pr)
+        ok = op._verified(s, m)
+        if ok is not None:
+            s, m, ps = s.filter(ok), m.filter(ok), ps[ok]
+        if len(ps):
+            pairs.append((s, m))
+            matched |= np.isin(slots, ps)
+    op._c.served_disk += len(slots)
+    hs.live -= len(slots)
+    op._c.matched += int(np.count_nonzero(matched))
+    if not matched.all():
+        unmatched.append(hs.take(slots[~matched]))
+    hs.values -= len(np.unique(which))
+    op.stats.delete(keys)
+    op._c.switched_in += len(keys)
