@@ -10,4 +10,5 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports  # the layers of docs/architecture.md (pyproject.toml [tool.importlinter])
 .venv/bin/pytest "$@"
