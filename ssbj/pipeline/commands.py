@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from ssbj import warehouse
 from ssbj.config import DatabaseSink, JobConfig, load_config
+from ssbj.core.operator import StepResult
 from ssbj.errors import ConfigError
 from ssbj.logs import FieldsFormatter
 from ssbj.pipeline.audit import Warehouse, gate_table_names
@@ -88,12 +89,36 @@ def _fmt_rate(x: float) -> str:
 
 
 class ProgressDisplay:
-    """One line per micro-batch on stderr (rewritten in place on a terminal)."""
+    """One line per micro-batch on stderr (rewritten in place on a terminal).
+
+    It is also the job's :class:`~ssbj.pipeline.observe.StepObserver`: on a terminal, a long
+    batch shows its steps (R-cycle, partition, stream tuples read) as they happen.
+    """
 
     def __init__(self, out: TextIO = sys.stderr) -> None:
         self.out = out
         self.tty = out.isatty()
         self.t0 = time.monotonic()
+        self._step_shown = 0.0
+
+    def on_step(self, result: StepResult) -> None:
+        """Show the step on a terminal, at most 4 times a second."""
+        now = time.monotonic()
+        if not self.tty or now - self._step_shown < 0.25:
+            return
+        self._step_shown = now
+        m = result.metrics
+        self.out.write(
+            f"\r\x1b[2K[{now - self.t0:7.1f}s] step {m.step}: R-cycle {m.r_cycle} part {m.partition + 1}/"
+            f"{m.partitions}, {m.w:,} tuples read, waiting {m.hs_tuples:,}"
+        )
+        self.out.flush()
+
+    def before_partition_read(self, partition: int) -> None:
+        """Partition reads show up as steps."""
+
+    def after_partition_read(self, partition: int, rows: int, seconds: float) -> None:
+        """Partition reads show up as steps."""
 
     def __call__(self, p: dict[str, Any]) -> None:
         """Show one progress record."""
@@ -134,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level)
 
     display = None if args.quiet else ProgressDisplay()
-    job = EnrichmentJob(cfg, on_progress=display, run_id=args.run_id)
+    job = EnrichmentJob(cfg, on_progress=display, run_id=args.run_id, observer=display)
 
     def _stop(signum: int, _frame: Any) -> None:
         job.stop()

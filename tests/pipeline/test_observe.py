@@ -1,5 +1,6 @@
 """The processor's observer seam sees every step and every partition read, without patching."""
 
+import io
 import json
 import logging
 from pathlib import Path
@@ -10,9 +11,10 @@ import pytest
 
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.contracts import DEAD_LETTER_SCHEMA
-from ssbj.core import ArrowMaster, StepResult
+from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin, StepResult
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.logs import FieldsFormatter, record_fields
+from ssbj.pipeline.commands import ProgressDisplay
 from ssbj.pipeline.observe import FanOut
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import Decoded
@@ -93,3 +95,25 @@ def test_progress_is_logged_with_structured_fields(tmp_path: Path, caplog: pytes
     assert got["batch_id"] == 0 and got["records_in"] == 3 and got["totals"]["records_in"] == 3
     line = FieldsFormatter("%(name)s %(message)s").format(rec)
     assert json.loads(line[line.index("{") :])["event"] == "batch"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_display_shows_steps_on_a_terminal_only() -> None:
+    master = pa.table({"k": list(range(10)), "name": [str(i) for i in range(10)]})
+    op = SemiStreamJoin(
+        JoinSpec("sk", "k", ("name",), chunk_bytes=64),
+        ArrowMaster(master, 4),
+        pa.schema([("sk", pa.int64())]),
+        master.schema,
+    )
+    op.push(pa.table({"sk": [1, 5, 9]}))
+    result = op.step()
+    term, pipe = _Terminal(), io.StringIO()
+    ProgressDisplay(term).on_step(result)
+    ProgressDisplay(pipe).on_step(result)
+    assert f"R-cycle {result.metrics.r_cycle} part {result.metrics.partition + 1}/3" in term.getvalue()
+    assert pipe.getvalue() == ""
