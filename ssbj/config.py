@@ -25,7 +25,7 @@ from pydantic import (
 
 from ssbj.contracts import TableName
 from ssbj.errors import ConfigError
-from ssbj.planning import DEFAULT_MEMORY, JoinSettings
+from ssbj.planning import JoinSettings
 from ssbj.units import parse_size
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
@@ -212,16 +212,16 @@ def _size(v: Any) -> int:
 
 
 class Join(_Model):
-    """How to join."""
+    """How to join: the ``join:`` section of a job file (defaults are :class:`JoinSettings`' own)."""
 
     stream_key: str
-    algorithm: Literal["ssbj", "meshjoin"] = "ssbj"
-    type: Literal["inner", "left"] = "inner"
+    algorithm: Literal["ssbj", "meshjoin"] = JoinSettings.algorithm
+    type: Literal["inner", "left"] = JoinSettings.join_type
     memory: Annotated[int, BeforeValidator(_size)] = Field(
-        parse_size(DEFAULT_MEMORY), description="operator budget in bytes; written as 512MiB, 64MB, ..."
+        JoinSettings.memory_budget, description="operator budget in bytes; written as 512MiB, 64MB, ..."
     )
-    switch_factor: Annotated[float, Field(gt=0)] = 1.0
-    eviction_interval: Annotated[int, Field(ge=1)] = 10
+    switch_factor: Annotated[float, Field(gt=0)] = JoinSettings.switch_factor
+    eviction_interval: Annotated[int, Field(ge=1)] = JoinSettings.eviction_interval
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream tuples per step (w); default: derived from the memory budget"
     )
