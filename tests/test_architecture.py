@@ -14,10 +14,6 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # Function-local imports of ssbj modules that stay local on purpose: the module needs an
 # optional extra at import time (pyspark for the Kafka data source, matplotlib for plots).
 OPTIONAL_EXTRA_SHIMS = {"ssbj.adapters.kafka_source", "ssbj.bench.plots"}
-# Known and owned by the operator's maintainer: SemiStreamJoin.checkpoint/restore import
-# ssbj.core.persist locally (persist needs the operator's internals); listed so that no
-# new one can appear unnoticed.
-KNOWN_CORE_CYCLES = {("ssbj/core/operator.py", "ssbj.core")}
 
 
 def test_import_linter_layers_contract_is_kept() -> None:
@@ -66,6 +62,6 @@ def test_no_function_local_import_works_around_a_cycle() -> None:
         f"{path.relative_to(ROOT)}:{line} {module}"
         for path in sorted((ROOT / "ssbj").rglob("*.py"))
         for line, module in _local_ssbj_imports(path)
-        if module not in OPTIONAL_EXTRA_SHIMS and (str(path.relative_to(ROOT)), module) not in KNOWN_CORE_CYCLES
+        if module not in OPTIONAL_EXTRA_SHIMS
     ]
     assert offenders == []

@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,6 +40,7 @@ from ssbj.contracts import OperatorTotals
 from ssbj.core import budget as B
 from ssbj.core import cachephase as CP
 from ssbj.core import diskphase as DP
+from ssbj.core import persist
 from ssbj.core import switching as SW
 from ssbj.core.arrowtypes import plain_schema, plain_table
 from ssbj.core.cache import Cache
@@ -48,25 +48,17 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
 from ssbj.core.hs import StreamTable
 from ssbj.core.interest import Interest
-from ssbj.core.keys import EncodedKeys, check_compatible, encode_keys, is_exact, needs_verification
+from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
 from ssbj.core.rowsize import row_nbytes
-from ssbj.core.spec import Algorithm, Counters, JoinSpec, StepResult, master_output_names
+from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
 from ssbj.core.stats import ValueStats
 from ssbj.errors import InputError
 
 __all__ = ["Algorithm", "JoinSpec", "SemiStreamJoin", "StepResult", "master_output_names"]
 
 FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
-
-
-@dataclass
-class _Buffered:
-    table: pa.Table
-    keys: EncodedKeys
-    row_bytes: np.ndarray
-    pos: int = 0
 
 
 class SemiStreamJoin:
@@ -127,7 +119,7 @@ class SemiStreamJoin:
         self._sb_seq = 0
         self._sb_bytes = 0
         self._sb_peak = 0
-        self._buffer: deque[_Buffered] = deque()
+        self._buffer: deque[Buffered] = deque()
         self._buffer_bytes = 0
         self._c = Counters()
         self._vs_avg = 0.0
@@ -157,7 +149,7 @@ class SemiStreamJoin:
         n = table.num_rows
         self._vs_avg = (self._vs_avg * self._c.tuples_in + float(rb.sum())) / (self._c.tuples_in + n)
         self._c.tuples_in += n
-        self._buffer.append(_Buffered(table, keys, rb))
+        self._buffer.append(Buffered(table, keys, rb))
         self._buffer_bytes += int(rb.sum())
 
     @property
@@ -347,8 +339,6 @@ class SemiStreamJoin:
         ``meta`` (JSON-serialisable) is stored in the same manifest, so the caller's own
         state (scan layout, batch ids, counters) commits atomically with the operator's.
         """
-        from ssbj.core import persist
-
         persist.save(self, store, checkpoint_id, meta)
 
     @staticmethod
@@ -370,8 +360,6 @@ class SemiStreamJoin:
         cost_model: CostModel | None = None,
     ) -> SemiStreamJoin:
         """Return an operator in exactly the state saved by :meth:`checkpoint`."""
-        from ssbj.core import persist
-
         op = cls(spec, master, stream_schema, master_schema, cost_model)
         persist.load(op, store, checkpoint_id)
         op.rebuild_interest()

@@ -21,9 +21,8 @@ from ssbj.core.cache import _row_keys
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.hs import DELTA, EMPTY, MATCHED, REMOVED, ix_rebuild
 from ssbj.core.keys import encode_keys
-from ssbj.core.operator import _Buffered
 from ssbj.core.rowsize import row_nbytes
-from ssbj.core.spec import Counters
+from ssbj.core.spec import Buffered, Counters
 from ssbj.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -186,7 +185,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     if buf.num_rows:
         buf = buf.combine_chunks()
         keys = encode_keys(buf.column(op.spec.stream_key), op._family)
-        op._buffer.append(_Buffered(buf, keys, row_nbytes(buf)))
+        op._buffer.append(Buffered(buf, keys, row_nbytes(buf)))
 
 
 def _load_hs(op: SemiStreamJoin, store: DirectoryStore, m: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 
+from ssbj.core.keys import EncodedKeys
 from ssbj.core.metrics import StepMetrics
 from ssbj.errors import ConfigError
 
@@ -102,3 +104,13 @@ class Counters:
     def bump(self, name: str, n: int = 1) -> None:
         """Add ``n`` to an extra counter."""
         self.extra[name] = self.extra.get(name, 0) + n
+
+
+@dataclass
+class Buffered:
+    """A pushed batch in the stream buffer: rows, encoded keys, row bytes, read position."""
+
+    table: pa.Table
+    keys: EncodedKeys
+    row_bytes: np.ndarray
+    pos: int = 0
