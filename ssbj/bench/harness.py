@@ -16,7 +16,7 @@ returning JSON-able results, built on this module. All timings are steady-state 
 
 Memory budgets are fractions of R's *projected* master bytes (the join key plus the
 projected columns, as the disk buffer and H_R hold them), given to both algorithms in
-``memory_budget`` mode; b comes from :func:`ssbj.core.plan_memory` with constants
+``memory_budget`` mode; b comes from :func:`ssbj.planning.plan_join` with constants
 calibrated on this machine (experiment ``calibration``), with at least ``min_partitions``
 partitions: the planner (with ``cache_share=0``, the same b for both algorithms) picks
 k = 1 as soon as the budget holds all of R, and then the disk buffer alone takes R's
@@ -48,10 +48,10 @@ from ssbj.core import (
     SemiStreamJoin,
     StepCost,
     calibrate,
-    plan_memory,
 )
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError
+from ssbj.planning import JoinSettings, plan_join
 
 Json = dict[str, Any]
 
@@ -569,7 +569,8 @@ class Bench:
         At least ``min_partitions`` partitions: the planner picks k = 1 once the budget
         holds all of R, leaving no room for H_R (see the module doc).
         """
-        b = plan_memory(budget, ds.r_rows, ds.v_s, ds.v_r, self.model()).partition_rows
+        settings = JoinSettings(stream_key=ds.stream_key, master_key=ds.master_key, memory_budget=budget)
+        b = plan_join(settings, ds.v_s, ds.r_rows, ds.v_r, self.model()).partition_rows
         return int(min(b, -(-ds.r_rows // self.p.min_partitions)))
 
     def pair(self, ds: Dataset, budget: int, switch_factor: float = 1.0) -> Json:
