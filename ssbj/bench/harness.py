@@ -573,10 +573,10 @@ class Bench:
         b = plan_join(settings, ds.v_s, ds.r_rows, ds.v_r, self.model()).partition_rows
         return int(min(b, -(-ds.r_rows // self.p.min_partitions)))
 
-    def pair(self, ds: Dataset, budget: int, switch_factor: float = 1.0) -> Json:
-        """SSBJ and MESHJOIN with the same memory budget and b; rates and their ratio."""
+    def pair(self, ds: Dataset, budget: int, switch_factor: float = 1.0, partition_rows: int | None = None) -> Json:
+        """SSBJ and MESHJOIN with the same memory budget and b (planned unless given); rates and their ratio."""
         try:
-            b = self.plan(ds, budget)
+            b = partition_rows or self.plan(ds, budget)
         except ConfigError as exc:  # the budget cannot hold a disk buffer and an H_S chunk
             self.log(f"  budget {budget} B: {exc}")
             return {"budget": budget, "error": str(exc)}
