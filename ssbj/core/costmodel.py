@@ -100,10 +100,11 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
     coef = np.maximum(coef, 0.0)
     c_fixed, g_b, g_n, g_s, c_o = (float(v) for v in coef)
     # Eq. 2 groups: g_b = c_io + c_h + c_b, g_n = c_s + c_h, g_s = c_e + c_s + c_a.
-    # Choose c_s so that every constant is >= 0 and every group sum is kept exactly.
-    c_s = min(0.3 * min(g_n, g_s), g_n)
-    c_s = min(max(c_s, g_n - g_b), g_n, g_s) if g_n - g_b > c_s else c_s
-    c_h = g_n - c_s
+    # c_h must lie in [max(0, g_n - g_s), min(g_b, g_n)] for every constant to be >= 0 with
+    # every group sum kept; within that, the default split (c_h = 0.7 g_n) where possible.
+    lo, hi = max(0.0, g_n - g_s), min(g_b, g_n)
+    c_h = min(max(0.7 * g_n, lo), hi) if lo <= hi else hi
+    c_s = min(max(g_n - c_h, 0.0), g_s)
     d = CostConstants()
     rest_b = g_b - c_h
     rest_s = g_s - c_s
