@@ -130,6 +130,11 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
     return out
 
 
+def _x(v: float | None, unit: str = "x") -> str:
+    """Format a ratio; None (all of R fits: no bound) as infinity."""
+    return "inf" if v is None else f"{v:.2f}{unit}"
+
+
 def exp_bound(bench: Bench) -> Json:
     """Achieved SSBJ/MESHJOIN against Theorem 1's bound, skews x drift x budgets."""
     p = bench.p
@@ -153,10 +158,10 @@ def exp_bound(bench: Bench) -> Json:
                 res["points"].append(pt)
                 if "error" not in pt:
                     bench.log(
-                        f"    bound {pt['bound']['ratio']:.2f}x, achieved {pt['ratio_service_rate']:.2f}x, "
-                        f"efficiency {pt['efficiency']:.2f}, "
+                        f"    bound {_x(pt['bound']['ratio'])}, achieved {_x(pt['ratio_service_rate'])}, "
+                        f"efficiency {_x(pt['efficiency'], '')}, "
                         f"MESHJOIN at {pt['meshjoin_vs_own_bound']:.2f} of its bound, "
-                        f"structural bound {pt['structural_bound']['ratio'] or float('inf'):.2f}x"
+                        f"structural bound {_x(pt['structural_bound']['ratio'])}"
                     )
             bench.forget_data()
     return res
