@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import tempfile
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.keys import key_family
 from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import JoinSpec, SemiStreamJoin
-from ssbj.core.sharded import process_shard, shard_spec, shard_store
+from ssbj.core.sharded import process_shard, shard_store
 from ssbj.core.shards import Router, ShardedArrowMaster, route_column
+from ssbj.planning import JoinPlan, JoinSettings, plan_join
 
 SHARD = "_ssbj_shard"  # the row's shard
 LABEL = "_ssbj_label"  # the value Spark hash-partitions by: label s lands in Spark partition s
@@ -41,7 +43,7 @@ class ShardJob:
     """A sharded join as the executors see it (picklable; no Spark objects)."""
 
     name: str  # names the job's executor-resident state
-    spec: JoinSpec
+    spec: JoinSpec  # each shard's spec: its budget is the total / P (plan_shard, or ssbj.core.sharded.shard_spec)
     router: Router
     stream_schema: pa.Schema
     master_path: str  # R as one Parquet file on storage every executor reads
@@ -87,7 +89,7 @@ class ShardJob:
     def fresh(self, shard: int) -> SemiStreamJoin:
         """Return a new operator for ``shard``."""
         m = self.master(shard)
-        return SemiStreamJoin(shard_spec(self.spec, self.shards), m, self.stream_schema, m.schema)
+        return SemiStreamJoin(self.spec, m, self.stream_schema, m.schema)
 
     def restore(self, shard: int, checkpoint_id: int | None, store: DirectoryStore | None = None) -> SemiStreamJoin:
         """``shard``'s operator from checkpoint ``checkpoint_id`` (None: a new one)."""
@@ -96,7 +98,7 @@ class ShardJob:
         m = self.master(shard)
         return SemiStreamJoin.restore(
             store or self.store(shard),
-            shard_spec(self.spec, self.shards),
+            self.spec,
             m,
             self.stream_schema,
             m.schema,
@@ -106,6 +108,14 @@ class ShardJob:
     def store(self, shard: int) -> DirectoryStore:
         """``shard``'s checkpoint directory."""
         return shard_store(self.checkpoint_root, shard)
+
+
+def plan_shard(
+    settings: JoinSettings, shards: int, stream_row_bytes: float, master_rows: int, master_row_bytes: float
+) -> JoinPlan:
+    """Plan one shard: a 1/P share of R within 1/P of the budget (b and w from the cost model)."""
+    share = dataclasses.replace(settings, memory_budget=max(1, settings.memory_budget // shards))
+    return plan_join(share, stream_row_bytes, max(1, master_rows // shards), master_row_bytes)
 
 
 _MASTERS: dict[tuple[object, ...], ShardedArrowMaster] = {}
