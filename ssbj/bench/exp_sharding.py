@@ -219,7 +219,14 @@ def summarize_events(debug_dir: str) -> Json:
     for e in events:
         sources[e["source"]] = sources.get(e["source"], 0) + 1
     sizes = [e["state_bytes"] for e in events if "state_bytes" in e]
-    return {"sources": sources, "max_state_bytes": max(sizes) if sizes else None}
+    phases = {k: sum(e["seconds"][k] for e in events) for k in ("restore", "join", "checkpoint")}
+    steps = sum(e["steps"] for e in events)
+    return {
+        "sources": sources,
+        "max_state_bytes": max(sizes) if sizes else None,
+        "task_seconds": phases,
+        "steps": steps,
+    }
 
 
 def run(args: argparse.Namespace) -> Json:
@@ -302,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args)
     print(json.dumps(result["summary"], indent=1))
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1))
+        args.json.write_text(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":

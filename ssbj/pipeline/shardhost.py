@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -81,14 +82,19 @@ def operator_for(job: ShardJob, shard: int, batch_id: int) -> tuple[SemiStreamJo
 def join_shard(job: ShardJob, shard: int, batch_id: int, rows: pa.Table, drain: bool) -> pa.Table:
     """One shard's micro-batch in this worker; the checkpoint under ``batch_id`` ends it."""
     _RESIDENT.pop((job.name, shard), None)  # an attempt that fails below leaves nothing resident
+    t0 = time.perf_counter()
     op, source = operator_for(job, shard, batch_id)
+    t1 = time.perf_counter()
+    steps = op.totals().steps
     out = run_shard(op, rows, drain)
+    t2 = time.perf_counter()
     ctx = TaskContext.get()
     meta = {"batch_id": batch_id, "source": source, "pid": os.getpid(), "rows": rows.num_rows, "out": out.num_rows}
     meta["attempt"] = ctx.attemptNumber() if ctx is not None else -1
     op.checkpoint(job.store(shard), batch_id, meta)
     _RESIDENT[(job.name, shard)] = (batch_id, op)
-    log_event(job, {"shard": shard, **meta})
+    seconds = {"restore": t1 - t0, "join": t2 - t1, "checkpoint": time.perf_counter() - t2}
+    log_event(job, {"shard": shard, **meta, "steps": op.totals().steps - steps, "seconds": seconds})
     inject_fault(job, shard, batch_id)
     return out
 

@@ -17,6 +17,7 @@ row (``_ssbj_final``), and removes the state. The idle drain of the driver-side 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -71,18 +72,24 @@ def apply_shard(
     routed = job.routed_schema()
     parts = [pa.Table.from_pandas(f, schema=routed, preserve_index=False) for f in frames]
     rows = shard_rows(job, pa.concat_tables(parts) if parts else routed.empty_table())
+    t0 = time.perf_counter()
     op = unpack(job, shard, state.get[0]) if state.exists else job.fresh(shard)
     batches = int(state.get[1]) + 1 if state.exists else 1
+    t1 = time.perf_counter()
+    steps = op.totals().steps
     out = run_shard(op, rows)
+    t2 = time.perf_counter()
     blob = pack(op)
     state.update((blob, batches))
+    seconds = {"restore": t1 - t0, "join": t2 - t1, "checkpoint": time.perf_counter() - t2}
     state.setTimeoutDuration(idle_ms)
     ctx = TaskContext.get()
     batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx is not None else -1
     attempt = ctx.attemptNumber() if ctx is not None else -1
     source = "state" if batches > 1 else "fresh"
     event = {"shard": shard, "batch_id": batch_id, "source": source, "attempt": attempt, "pid": os.getpid()}
-    log_event(job, {**event, "rows": rows.num_rows, "out": out.num_rows, "state_bytes": len(blob)})
+    sizes = {"rows": rows.num_rows, "out": out.num_rows, "state_bytes": len(blob), "steps": op.totals().steps - steps}
+    log_event(job, {**event, **sizes, "seconds": seconds})
     inject_fault(job, shard, batch_id)
     yield _frame(job, out, shard, final=False)
 
