@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -83,6 +84,7 @@ def _collect(results: list[StepResult], out: Counter[Any], unmatched: Counter[An
         unmatched.update(as_multiset(r.unmatched))
 
 
+@pytest.mark.slow  # a hypothesis search: ~20 s
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_shards_together_equal_the_batch_join(sc: dict[str, Any], tmp_path_factory: Any) -> None:
