@@ -3,9 +3,9 @@
 * **key range** (:class:`ssbj.core.shards.RangeRouter`): ``key >= :lo AND key < :hi``;
   on an indexed (or clustered) key column the database reads only the shard's rows;
 * **hash** (:class:`ssbj.core.shards.ModRouter`): ``((key % :p) + :p) % :p = :s``, the
-  floor modulo the router computes (``%`` keeps the sign of the key in MariaDB/MySQL,
-  PostgreSQL and SQLite, and stays integer arithmetic in all three); no plain index serves
-  it, so every shard scans all of R (docs/sharding.md).
+  floor modulo the router computes (``%`` on integers is a truncating remainder, negative
+  for a negative key; ``MOD()`` would be a float in SQLite); no plain index serves it, so
+  every shard scans all of R (docs/sharding.md).
 
 Both are combined with the page-column range of one master partition (the layout of
 :class:`ssbj.adapters.master_sql.SqlMasterScan`). Identifiers must be plain (letters,
