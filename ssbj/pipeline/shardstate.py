@@ -89,6 +89,7 @@ def apply_shard(
     source = "state" if batches > 1 else "fresh"
     event = {"shard": shard, "batch_id": batch_id, "source": source, "attempt": attempt, "pid": os.getpid()}
     sizes = {"rows": rows.num_rows, "out": out.num_rows, "state_bytes": len(blob), "steps": op.totals().steps - steps}
+    sizes["state_batches"] = batches  # micro-batches folded into the state, this one included
     log_event(job, {**event, **sizes, "seconds": seconds})
     inject_fault(job, shard, batch_id)
     yield _frame(job, out, shard, final=False)

@@ -84,8 +84,8 @@ def _collect(results: list[StepResult], out: Counter[Any], unmatched: Counter[An
         unmatched.update(as_multiset(r.unmatched))
 
 
-@pytest.mark.slow  # a hypothesis search: ~20 s
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow  # a hypothesis search: ~15 s
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_shards_together_equal_the_batch_join(sc: dict[str, Any], tmp_path_factory: Any) -> None:
     stream, master = _tables(sc)

@@ -7,6 +7,7 @@ Run by tests/pipeline/test_shardhost.py (with tests/ on PYTHONPATH) in its own p
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -110,6 +111,52 @@ def statestore(spark: Any, root: Path, expected: Counter[Any]) -> dict[str, Any]
     }
 
 
+def statestore_replay(spark: Any, root: Path, paths: list[str], expected: Counter[Any]) -> dict[str, Any]:
+    """Hosting B: the query stops after batch 1, batch 1's commit is lost, the restarted query replays it."""
+    j = job(root, "replay", ModRouter(2), [])
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    landing = root / "landing-replay"
+    landing.mkdir()
+    for p in paths[:2]:
+        shutil.copy(p, landing)
+    out, ckpt = str(root / "replay" / "out"), root / "replay" / "spark"
+    labels = partition_labels(spark, 2)
+
+    def start(drained: list[int], trigger: str) -> Any:
+        src = spark.readStream.schema("sid long, sk long").option("maxFilesPerTrigger", 1).parquet(str(landing))
+        frame = stateful_frame(src, j, labels, 2500)
+        writer = frame.writeStream.foreachBatch(parquet_sink(out, lambda b, f: drained.append(f)))
+        return writer.option("checkpointLocation", str(ckpt)).trigger(processingTime=trigger).start()
+
+    # batches start every 3 s: the query is stopped after batch 1, before another (a timeout batch) starts
+    q = start([], "3 seconds")
+    deadline = time.monotonic() + 60
+    while not (ckpt / "commits" / "1").exists() and q.exception() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    q.stop()
+    logged = sorted(int(f.name) for f in (ckpt / "offsets").iterdir() if f.name.isdigit())
+    if logged[-1] != 1:
+        raise RuntimeError(f"the first query ran past batch 1 (offsets {logged}): the scenario needs a slower trigger")
+    for name in ("1", ".1.crc"):  # as if the driver died after the batch, before its commit
+        (ckpt / "commits" / name).unlink(missing_ok=True)
+    for p in paths[2:]:
+        shutil.copy(p, landing)
+    drained: list[int] = []
+    q = start(drained, "0 seconds")
+    deadline = time.monotonic() + 120
+    while sum(drained) < 2 and q.exception() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    error = q.exception()
+    q.stop()
+    got = multiset(out)
+    return {
+        "exact": got == expected,
+        "rows": sum(got.values()),
+        "error": str(error) if error else None,
+        "events": read_events(j.debug_dir or ""),
+    }
+
+
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="ssbj-shard-scenarios-"))
     stream, master, paths = make_data(root)
@@ -118,6 +165,7 @@ def main() -> None:
     result = {"expected_rows": sum(expected.values())}
     result["resident"] = resident(spark, root, paths, expected)
     result["statestore"] = statestore(spark, root, expected)
+    result["statestore_replay"] = statestore_replay(spark, root, paths, expected)
     spark.stop()
     print(json.dumps(result))
 
