@@ -281,23 +281,40 @@ def _load_model(path: str | None) -> CostModel:
     return CostModel(CostConstants.load(path) if path else None)
 
 
+def _open_inputs(
+    args: argparse.Namespace, stream_path: Path, s_fmt: str, master_path: Path, m_fmt: str, batch_rows: int
+) -> tuple[pa.Schema, Iterator[pa.Table], pa.Table, list[str]]:
+    """Open the stream, check both keys and ``--master-columns``, read R projected (key first).
+
+    Returns (stream schema, stream batches, R, projected master columns).
+    """
+    wanted = _parse_columns(args.master_columns) if args.master_columns is not None else None
+    stream_schema, batches = _open_stream(stream_path, s_fmt, batch_rows)
+    master_schema, master_csv = _master_schema(master_path, m_fmt)
+    _check_key(stream_schema, args.stream_key, "stream", stream_path)
+    _check_key(master_schema, args.master_key, "master", master_path)
+    if wanted is not None:
+        missing = [c for c in wanted if c not in master_schema.names]
+        if missing:
+            raise ConfigError(
+                f"bad --master-columns: {', '.join(repr(c) for c in missing)} not in master file "
+                f"{master_path}; available columns: {', '.join(master_schema.names)}"
+            )
+    check_key_types(stream_schema, args.stream_key, master_schema, args.master_key)
+    proj = wanted if wanted is not None else list(master_schema.names)
+    needed = [args.master_key] + [c for c in proj if c != args.master_key]
+    return stream_schema, batches, _read_master(master_path, m_fmt, needed, master_csv), proj
+
+
 # ---------------------------------------------------------------------- ssbj plan
 def _cmd_plan(args: argparse.Namespace) -> int:
     """``ssbj plan``: the bound, the predicted cache share and rates, a budget for a target rate."""
     budget = parse_size(args.memory)
     stream_path, master_path = Path(args.stream), Path(args.master)
     s_fmt, m_fmt = _file_format(stream_path, "stream"), _file_format(master_path, "master")
-    stream_schema, batches = _open_stream(stream_path, s_fmt, DEFAULT_BATCH_ROWS)
-    master_schema, master_csv = _master_schema(master_path, m_fmt)
-    _check_key(stream_schema, args.stream_key, "stream", stream_path)
-    _check_key(master_schema, args.master_key, "master", master_path)
-    check_key_types(stream_schema, args.stream_key, master_schema, args.master_key)
-    proj = _parse_columns(args.master_columns) if args.master_columns is not None else list(master_schema.names)
-    missing = [c for c in proj if c not in master_schema.names]
-    if missing:
-        raise ConfigError(f"bad --master-columns: {', '.join(map(repr, missing))} not in master file {master_path}")
-    needed = [args.master_key] + [c for c in proj if c != args.master_key]
-    master = _read_master(master_path, m_fmt, needed, master_csv)
+    stream_schema, batches, master, proj = _open_inputs(
+        args, stream_path, s_fmt, master_path, m_fmt, DEFAULT_BATCH_ROWS
+    )
     sample = _KeySample(args.stream_key, args.sample_rows)
     first: pa.Table | None = None
     for t in batches:
@@ -353,29 +370,13 @@ def _cmd_join(args: argparse.Namespace) -> int:
     budget = parse_size(args.memory)
     if args.batch_rows < 1:
         raise ConfigError(f"--batch-rows must be >= 1, got {args.batch_rows}")
-    wanted = _parse_columns(args.master_columns) if args.master_columns is not None else None
     stream_path, master_path, out_path = Path(args.stream), Path(args.master), Path(args.out)
     s_fmt = _file_format(stream_path, "stream")
     m_fmt = _file_format(master_path, "master")
     _check_output(out_path, [stream_path, master_path])
     model = _load_model(args.calibration)
 
-    stream_schema, batches = _open_stream(stream_path, s_fmt, args.batch_rows)
-    master_schema, master_csv = _master_schema(master_path, m_fmt)
-    _check_key(stream_schema, args.stream_key, "stream", stream_path)
-    _check_key(master_schema, args.master_key, "master", master_path)
-    if wanted is not None:
-        missing = [c for c in wanted if c not in master_schema.names]
-        if missing:
-            raise ConfigError(
-                f"bad --master-columns: {', '.join(repr(c) for c in missing)} not in master file "
-                f"{master_path}; available columns: {', '.join(master_schema.names)}"
-            )
-    check_key_types(stream_schema, args.stream_key, master_schema, args.master_key)
-    proj = wanted if wanted is not None else list(master_schema.names)
-    needed = [args.master_key] + [c for c in proj if c != args.master_key]
-    master = _read_master(master_path, m_fmt, needed, master_csv)
-    del master_csv
+    stream_schema, batches, master, proj = _open_inputs(args, stream_path, s_fmt, master_path, m_fmt, args.batch_rows)
 
     first = next(batches, None)
     v_s = estimate_row_bytes(stream_schema, first)
