@@ -64,8 +64,10 @@ import pyarrow.compute as pc
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.config import arrow_type, parse_config
 from ssbj.core.operator import StepResult
-from ssbj.pipeline.job import EnrichmentJob, decoder, source_frame
+from ssbj.pipeline.job import EnrichmentJob, source_frame
 from ssbj.pipeline.observe import FanOut
+from ssbj.pipeline.processor import EnrichmentProcessor
+from ssbj.pipeline.records import decoder
 
 log = logging.getLogger("ssbj.bench.pipeline")
 
@@ -938,6 +940,8 @@ class Bench:
             summary = job.run()
             t2 = time.perf_counter()
         after = counters.snapshot()
+        if not isinstance(job.processor, EnrichmentProcessor):
+            raise RuntimeError("this benchmark method runs the join on the driver")
         op = job.processor.op
         if op is None:
             raise RuntimeError("the job ran no operator")
