@@ -70,7 +70,9 @@ def _cfg(tmp: Path, key: str, router: str, join_type: str = "inner") -> Any:
     )
 
 
-def _expected(orders: list[tuple[int, int | None, int]], master: list[tuple[int, int, str]], key: int, left: bool) -> Counter[Any]:
+def _expected(
+    orders: list[tuple[int, int | None, int]], master: list[tuple[int, int, str]], key: int, left: bool
+) -> Counter[Any]:
     by_key: dict[int, list[str]] = {}
     for row in master:
         by_key.setdefault(row[key], []).append(row[2])
