@@ -20,6 +20,7 @@ from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.credentials import database_url, engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.pipeline import shardplan
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.retry import RetryPolicy
@@ -139,6 +140,8 @@ def validate_job(cfg: JobConfig) -> list[str]:
             finally:
                 eng.dispose()
             out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
+    if cfg.join.placement == "executors":
+        out.append(shardplan.describe(cfg))
     ck = Path(cfg.checkpoint)
     probe = ck if ck.exists() else ck.resolve().parent
     while not probe.exists():

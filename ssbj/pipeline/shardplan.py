@@ -75,8 +75,8 @@ def shards_root(cfg: JobConfig) -> Path:
     return Path(cfg.checkpoint) / "shards"
 
 
-def load_or_create(cfg: JobConfig, default_shards: int) -> ShardPlan:
-    """Return the saved plan (checked against the job file) or make, save and return a new one."""
+def saved(cfg: JobConfig) -> ShardPlan | None:
+    """Return the checkpoint's plan, checked against the job file; None before the first start."""
     path = shards_root(cfg) / "plan.json"
     if path.exists():
         plan = ShardPlan.from_json(json.loads(path.read_text()))
@@ -92,12 +92,36 @@ def load_or_create(cfg: JobConfig, default_shards: int) -> ShardPlan:
                 f"with {plan.router!r}; start from a new checkpoint to change it"
             )
         return plan
+    return None
+
+
+def load_or_create(cfg: JobConfig, default_shards: int) -> ShardPlan:
+    """Return the saved plan (checked against the job file) or make, save and return a new one."""
+    plan = saved(cfg)
+    if plan is not None:
+        return plan
     plan = choose(cfg, cfg.join.shards or max(1, default_shards))
+    path = shards_root(cfg) / "plan.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(plan.to_json()))
     os.replace(tmp, path)
     return plan
+
+
+def describe(cfg: JobConfig) -> str:
+    """One line for ``ssbj validate``: the saved plan, or the plan a first start would make."""
+    plan = saved(cfg)
+    if plan is None:
+        p = cfg.join.shards
+        plan = choose(cfg, p or 2)
+        how = f"P = {p}" if p else "P = Spark's default parallelism at the first start (2 shown)"
+        made = "to be made at the first start"
+    else:
+        how, made = f"P = {plan.shards}", f"saved in {shards_root(cfg)}"
+    bounds = f", bounds {list(plan.bounds)}" if plan.bounds else ""
+    reads = "all of R per shard" if plan.router == "hash" else "its share of R per shard"
+    return f"shards: join in the executors, {how}, {plan.router} router on {cfg.master.key}{bounds} ({reads}); {made}"
 
 
 def choose(cfg: JobConfig, shards: int) -> ShardPlan:
