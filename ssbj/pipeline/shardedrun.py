@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from ssbj.config import DatabaseSink, JobConfig
-from ssbj.contracts import DEAD_LETTER_SCHEMA, RunCounts
+from ssbj.contracts import DEAD_LETTER_SCHEMA, MAX_SHARDS, RunCounts, shard_segment
 from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin
 from ssbj.credentials import database_url
@@ -120,8 +120,13 @@ class ShardedRun:
         """Nothing to forget: the driver holds no join state (shards restore themselves)."""
 
     def position(self) -> tuple[int, int]:
-        """(batch id, segment) of the newest shard checkpoint; (-1, 0) before the first batch."""
-        return self._position
+        """(batch id, segment column value) covering every shard's newest checkpoint; (-1, 0) before any.
+
+        In the segment column's coordinates (segment * MAX_SHARDS + shard), so that the audit's
+        (batch id, segment) ranges hold every shard's rows of a run.
+        """
+        batch, segment = self._position
+        return (batch, shard_segment(segment, MAX_SHARDS - 1)) if batch >= 0 else (batch, segment)
 
     def counts(self) -> RunCounts:
         """Return the job's counts: the sum over shards."""
