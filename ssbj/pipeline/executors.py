@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ SUMMARY_SCHEMA = pa.schema(
         pa.field("counts", pa.string()),
         pa.field("resident", pa.bool_()),
         pa.field("seconds", pa.float64()),
+        pa.field("started", pa.float64()),  # wall clock (epoch seconds): the timeline of the shards' tasks
+        pa.field("pid", pa.int64()),
     ]
 )
 """What a shard's task returns to the driver: one row per shard."""
@@ -317,7 +320,7 @@ def _shard_input(job: ExecutorJob, table: pa.Table) -> Decoded:
 
 def run_shard(job: ExecutorJob, shard: int, batch_id: int, table: pa.Table, drain_after: int | None) -> dict[str, Any]:
     """Shard ``shard``'s part of batch ``batch_id`` (or, with ``drain_after``, its drain): the summary row."""
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     decoded = _shard_input(job, table)
     key = (str(job.root), shard)
     with shard_lock(job, shard):
@@ -338,6 +341,8 @@ def run_shard(job: ExecutorJob, shard: int, batch_id: int, table: pa.Table, drai
         "counts": json.dumps(counts),
         "resident": resident,
         "seconds": time.perf_counter() - t0,
+        "started": started,
+        "pid": os.getpid(),
     }
 
 

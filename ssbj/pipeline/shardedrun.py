@@ -188,12 +188,22 @@ class ShardedRun:
     def _summarise(
         self, event: str, batch_id: int, segment: int, rows: list[dict[str, Any]], wall: float
     ) -> dict[str, Any]:
+        started = time.time() - wall
         shards = []
         for r in sorted(rows, key=lambda r: r["shard"]):
             c = json.loads(r["counts"])
             self._counts[int(r["shard"])] = RunCounts(**c)
             p = json.loads(r["progress"]) if r["progress"] else None
-            shards.append({"shard": r["shard"], "resident": r["resident"], "seconds": r["seconds"], "progress": p})
+            shards.append(
+                {
+                    "shard": r["shard"],
+                    "resident": r["resident"],
+                    "seconds": r["seconds"],
+                    "started": r["started"],
+                    "pid": r["pid"],
+                    "progress": p,
+                }
+            )
         seen = [s["progress"] for s in shards if s["progress"] is not None]
         positions = [(p["batch_id"], p["segment"]) for p in seen]
         if positions:
@@ -228,11 +238,14 @@ class ShardedRun:
             "partitions": None,
             "waiting_tuples": self._waiting,
             "memory": memory,
-            "seconds": {"wall": wall, **{f"shard_max_{k}": max(s["seconds"] for s in shards) for k in ("task",)}},
+            "started": started,
+            "seconds": {"wall": wall, "shard_task_max": max(s["seconds"] for s in shards)},
             "per_shard": [
                 {
                     "shard": s["shard"],
                     "resident": s["resident"],
+                    "pid": s["pid"],
+                    "task_started": s["started"],
                     "task_seconds": s["seconds"],
                     **(
                         {k: s["progress"][k] for k in ("records_in", "output_rows", "waiting_tuples", "seconds")}
