@@ -153,8 +153,39 @@ def routed(job: ExecutorJob, part: int, decoded: Decoded) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
+WIRE_SCHEMA = pa.schema([pa.field(SHARD, pa.int32()), pa.field(LABEL, pa.int32()), pa.field("payload", pa.binary())])
+"""What crosses the shuffle: per (source partition, shard) one row holding that shard's routed rows as one
+Arrow IPC stream, so Spark moves a few binary values instead of converting every row to its own format."""
+
+
+def pack(job: ExecutorJob, table: pa.Table) -> pa.RecordBatch:
+    """Return one wire row per shard present in ``table`` (a routed table)."""
+    shard_col = table.column(SHARD).to_numpy()
+    shards, labels, payloads = [], [], []
+    for s in np.unique(shard_col):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table.filter(pa.array(shard_col == s)))
+        shards.append(int(s))
+        labels.append(job.labels[int(s)])
+        payloads.append(sink.getvalue().to_pybytes())
+    return pa.RecordBatch.from_arrays(
+        [pa.array(shards, pa.int32()), pa.array(labels, pa.int32()), pa.array(payloads, pa.binary())],
+        schema=WIRE_SCHEMA,
+    )
+
+
+def unpack(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    """Inverse of :func:`pack` over a task's input: every routed row, or None when there is no input."""
+    parts = []
+    for b in batches:
+        for blob in b.column(2).to_pylist():
+            parts.append(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
+    return pa.concat_tables(parts) if parts else None
+
+
 def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Stage 1: decode one source partition's raw records and route them."""
+    """Stage 1: decode one source partition's raw records, route them, pack them per shard."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -163,7 +194,7 @@ def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterato
     if not tables:
         return
     decoded = decoder(job.cfg)(pa.concat_tables(tables))
-    yield from routed(job, part, decoded).to_batches()
+    yield pack(job, routed(job, part, decoded))
 
 
 def heartbeats(job: ExecutorJob, _batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -177,7 +208,7 @@ def heartbeats(job: ExecutorJob, _batches: Iterator[pa.RecordBatch]) -> Iterator
         pa.array(np.asarray(job.labels, np.int32)),
         pa.array(np.full(p, BEAT, np.int8)),
     ]
-    yield pa.RecordBatch.from_arrays(cols, schema=schema)
+    yield pack(job, pa.Table.from_arrays(cols, schema=schema))
 
 
 # ---------------------------------------------------------------- stage 2: one shard
@@ -350,10 +381,9 @@ def run_shards(
     job: ExecutorJob, batch_id: int, drain_after: int | None, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """Stage 2: every shard in this task (one, unless Spark merged partitions), in shard order."""
-    parts = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-    if not parts:
+    table = unpack(batches)
+    if table is None:
         return
-    table = pa.concat_tables(parts)
     shard_col = table.column(SHARD)
     out = []
     for s in np.unique(shard_col.to_numpy()):

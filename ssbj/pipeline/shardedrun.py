@@ -29,6 +29,7 @@ from ssbj.pipeline import factory
 from ssbj.pipeline.executors import (
     LABEL,
     SUMMARY_SCHEMA,
+    WIRE_SCHEMA,
     ExecutorJob,
     decode_route,
     heartbeats,
@@ -159,9 +160,7 @@ class ShardedRun:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         job = self._job()
-        return self.spark.range(1, numPartitions=1).mapInArrow(
-            partial(heartbeats, job), from_arrow_schema(job.routed_schema())
-        )
+        return self.spark.range(1, numPartitions=1).mapInArrow(partial(heartbeats, job), from_arrow_schema(WIRE_SCHEMA))
 
     def process_frame(self, df: Any, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id`` of raw records ``df``, joined and written by the shards."""
@@ -170,7 +169,7 @@ class ShardedRun:
         with self.lock:
             job = self._job()
             t0 = time.perf_counter()
-            routed = df.mapInArrow(partial(decode_route, job), from_arrow_schema(job.routed_schema()))
+            routed = df.mapInArrow(partial(decode_route, job), from_arrow_schema(WIRE_SCHEMA))
             rows = self._stage2(routed.unionByName(self._beats()), batch_id, None)
             return self._summarise("batch", batch_id, 0, rows, time.perf_counter() - t0)
 
