@@ -24,6 +24,7 @@ from ssbj.bench.pipeline.harness import Harness, MethodResult, Unsupported
 from ssbj.bench.pipeline.registry import METHODS, method
 from ssbj.bench.pipeline.report import json_default, machine_info, ratios, write_readme
 from ssbj.bench.pipeline.spec import CASES, SCALES, TOPIC_PARTITIONS, Json
+from ssbj.bench.pipeline.timeline import render
 
 log = logging.getLogger("ssbj.bench.pipeline")
 PROG = "python -m ssbj.bench.pipeline"
@@ -222,8 +223,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {where / 'results.json'} and {where / 'README.md'}")
         for m, r in doc["results"].items():
             if r.get("timeline"):
-                from ssbj.bench.pipeline.timeline import render
-
                 print(f"\n{name} {m}:\n" + "\n".join(render(r["timeline"])))
         bad = [m for m, r in doc["results"].items() if not r["correctness"].get("all_repeats_ok")]
         if doc["errors"] or bad:
