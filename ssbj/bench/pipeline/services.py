@@ -23,7 +23,11 @@ class Database:
         self.server = testdb.launch(base)
         self.port = self.server.port
         self.password = testdb.PASSWORD
-        self.settings = self._tune(buffer_pool)
+        try:
+            self.settings = self._tune(buffer_pool)
+        except BaseException:
+            self.server.stop()
+            raise
 
     def _tune(self, buffer_pool: str) -> dict[str, str]:
         # the test server starts with a 256M buffer pool; these are dynamic in MariaDB >= 10.9
