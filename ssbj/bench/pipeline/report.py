@@ -176,9 +176,12 @@ def _timeline_section(res: dict[str, Json], names: list[str]) -> list[str]:
         "Each row is a phase, each character a time bin of the run (' ' idle, '.' < 1/3 busy, '+' < 2/3, "
         "'#' more). master_read: the master partition reads (StepObserver); join_compute: the join phase "
         "minus those reads; decode, write, checkpoint: the job's per-batch seconds, placed back to back "
-        "ending when the batch's progress record arrived. Overlap = seconds two phases were busy at once "
-        "(0 when the job runs them one after another); concurrency = busy seconds of all phases / "
-        "seconds at least one was busy.",
+        "ending when the batch's progress record arrived; collect (lookup joins): `df.toArrow()`, Spark "
+        "running the Kafka read and bringing the rows to the driver; batch (Spark): the whole micro-batch. "
+        "Overlap = seconds two phases were busy at once (0 when the job runs them one after another); "
+        "concurrency = busy seconds of all phases / seconds at least one was busy. Idle = the rest of the "
+        "run: for the ssbj job Spark's start-up, micro-batch planning and `df.toArrow()` (the job's "
+        "seams do not report it), for the others Spark outside foreachBatch.",
         "",
     ]
     for m in have:

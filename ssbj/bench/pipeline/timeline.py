@@ -133,9 +133,8 @@ class Timeline:
             lanes["join_compute"] = subtract(lanes.pop("join"), lanes["master_read"])
         elif "join" in lanes:
             lanes["join_compute"] = lanes.pop("join")
-        order = [
-            k for k in ("decode", "master_read", "join_compute", "lookup", "write", "checkpoint", "batch") if k in lanes
-        ]
+        known = ("collect", "decode", "master_read", "join_compute", "lookup", "write", "checkpoint", "batch")
+        order = [k for k in known if k in lanes]
         order += [k for k in lanes if k not in order]
         busy = {k: total(lanes[k]) for k in order}
         overlap = {}
