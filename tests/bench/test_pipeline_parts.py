@@ -24,6 +24,7 @@ from ssbj.bench.pipeline.lookup import LruTtlCache
 from ssbj.bench.pipeline.report import write_readme
 from ssbj.bench.pipeline.spec import CASES, SCALES, Scale
 from ssbj.bench.pipeline.timeline import Timeline, intersect, merge, render, subtract, total
+from ssbj.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -216,3 +217,11 @@ def test_report_rewrites_the_committed_results(tmp_path: Path) -> None:
     for m, r in doc["results"].items():
         assert f"| {m} | {r['tuples']:,} |" in text
     assert "case a: one-to-many" in text  # documents without a case are case a
+
+
+def test_ssbj_bench_pipeline_is_the_same_command(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text((ROOT / "bench" / "pipeline" / "results.json").read_text())
+    assert main(["bench", "pipeline", "--report-only", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "README.md").read_text().startswith("# End-to-end pipeline benchmark")
+    args = cli.parse_args(["--scale", "item5", "--case", "b", "--shards", "1", "2", "--out", "x"])
+    assert cli.command(args) == "python -m ssbj.bench.pipeline --scale item5 --case b --shards 1 2 --out x"

@@ -30,12 +30,15 @@ log = logging.getLogger("ssbj.bench.pipeline")
 PROG = "python -m ssbj.bench.pipeline"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Parse the command line."""
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description="End-to-end benchmark: Kafka (Tansu) -> Spark -> SSBJ/MESHJOIN/alternatives -> MariaDB.",
-    )
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not >= 1")
+    return n
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of the end-to-end benchmark (``python -m ssbj.bench.pipeline`` and ``ssbj bench pipeline``)."""
     p.add_argument(
         "--scale",
         choices=list(SCALES),
@@ -50,7 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--memory", nargs="+", help="override the scale's join memory budget(s): sizes (8MiB) or shares of R (1%%)"
     )
-    p.add_argument("--shards", type=int, nargs="+", default=[1], help="P, join shards (each value is one variant)")
+    p.add_argument(
+        "--shards", type=_positive, nargs="+", default=[1], help="P, join shards (each value is one variant)"
+    )
     p.add_argument("--ttl", type=float, help="override the LRU cache's expire-after-write seconds (default 60)")
     p.add_argument("--no-warm-up", action="store_true", help="skip the unmeasured warm-up job")
     p.add_argument(
@@ -66,10 +71,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only rewrite README.md from the results.json already in --out (no services, no runs)",
     )
     p.add_argument("--keep-workdir", action="store_true", help="keep the temp dir (data dirs, logs, checkpoints)")
-    args = p.parse_args(argv)
-    if any(s < 1 for s in args.shards):
-        p.error("--shards must be >= 1")
-    return args
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line of ``python -m ssbj.bench.pipeline``."""
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="End-to-end benchmark: Kafka (Tansu) -> Spark -> SSBJ/MESHJOIN/alternatives -> MariaDB.",
+    )
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> str:
+    """Return the command line that reproduces ``args`` (recorded in results.json)."""
+    parts = ["--scale", args.scale, "--case", args.case]
+    if args.methods != list(METHODS):
+        parts += ["--methods", *args.methods]
+    if args.memory:
+        parts += ["--memory", *args.memory]
+    if args.shards != [1]:
+        parts += ["--shards", *map(str, args.shards)]
+    if args.ttl is not None:
+        parts += ["--ttl", str(args.ttl)]
+    if args.no_warm_up:
+        parts.append("--no-warm-up")
+    if args.repeats != 1:
+        parts += ["--repeats", str(args.repeats)]
+    if args.seed != 7:
+        parts += ["--seed", str(args.seed)]
+    parts += ["--out", str(args.out)]
+    return f"{PROG} {shlex.join(parts)}"
 
 
 def _variant(budget: str, shards: int) -> str:
@@ -125,7 +157,7 @@ def _run_methods(h: Harness, names: list[str], repeats: int) -> tuple[dict[str, 
     return results, errors, skipped
 
 
-def run(args: argparse.Namespace, argv: list[str]) -> list[tuple[str, Json]]:
+def run(args: argparse.Namespace) -> list[tuple[str, Json]]:
     """Run the benchmark; returns (variant name, document) per variant."""
     scale = SCALES[args.scale]
     if args.memory:
@@ -141,7 +173,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> list[tuple[str, Json]]:
     t_all = time.perf_counter()
     h = Harness(scale, args.scale, case, workdir, args.seed)
     docs: list[tuple[str, Json]] = []
-    command = " ".join([PROG, *map(shlex.quote, argv)])
+    cmd = command(args)
     try:
         h.start()
         for budget in scale.budgets():
@@ -150,7 +182,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> list[tuple[str, Json]]:
                 t_variant = time.perf_counter()
                 results, errors, skipped = _run_methods(h, [m for m in METHODS if m in args.methods], args.repeats)
                 doc: Json = {
-                    "command": command,
+                    "command": cmd,
                     "started": started,
                     "total_seconds": time.perf_counter() - t_variant,
                     "scale_name": args.scale,
@@ -202,9 +234,12 @@ def write_index(docs: list[tuple[str, Json]], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m ssbj.bench.pipeline``."""
+    return execute(parse_args(argv))
+
+
+def execute(args: argparse.Namespace) -> int:
     """Run, write results.json and README.md; exit 1 if a method failed or gave wrong rows."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("py4j", "ssbj.progress", "ssbj.job", "adapters", "ssbj.master"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -213,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         write_readme(doc, args.out / "README.md")
         print(f"wrote {args.out / 'README.md'} from {args.out / 'results.json'}")
         return 0
-    docs = run(args, argv)
+    docs = run(args)
     rc = 0
     for name, doc in docs:
         where = args.out if len(docs) == 1 else args.out / name

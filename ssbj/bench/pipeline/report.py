@@ -165,6 +165,17 @@ def _universe(doc: Json) -> int:
     return round(int(sc["master_rows"]) * factor)
 
 
+def _rss_per_process(res: dict[str, Json], names: list[str]) -> list[str]:
+    rows = [
+        f"- {m}: " + ", ".join(f"{k} {_mb(v)}" for k, v in res[m]["memory"]["rss_peak_per_process"].items())
+        for m in names
+        if res[m]["memory"].get("rss_peak_per_process")
+    ]
+    if not rows:
+        return []
+    return ["Peak RSS per process (role:pid; the JVM's Python workers and the services included):", "", *rows, ""]
+
+
 def _timeline_section(res: dict[str, Json], names: list[str]) -> list[str]:
     """Per-phase timelines: when each phase was busy, and how much the phases overlapped."""
     have = [m for m in names if res[m].get("timeline")]
@@ -284,14 +295,7 @@ def write_readme(doc: Json, path: Path) -> None:
         + "); Spark: all of R, broadcast per micro-batch. RSS is sampled every 0.2 s; the JVM heap only grows, "
         "so later methods inherit what earlier ones grew.",
         "",
-        "Peak RSS per process (role:pid; the JVM's Python workers and the services included):",
-        "",
-        *[
-            f"- {m}: " + ", ".join(f"{k} {_mb(v)}" for k, v in res[m]["memory"].get("rss_peak_per_process", {}).items())
-            for m in names
-            if res[m]["memory"].get("rss_peak_per_process")
-        ],
-        "",
+        *_rss_per_process(res, names),
         "## Database work",
         "",
         "| method | round trips (Com_select) | per 1k tuples | statements (Questions) per 1k tuples "
