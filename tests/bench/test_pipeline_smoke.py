@@ -116,3 +116,11 @@ def test_pipeline_tiny_case_b_many_to_many_on_a_column_without_index(tmp_path: P
     assert lru > 10 * doc["results"]["lookup_lru_in"]["db"]["rows_read_per_tuple"]
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "case b: many-to-many" in (out / "README.md").read_text()
+
+
+def test_pipeline_method_timeout_stops_the_query_and_fails_the_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc, doc = _run(out, "--case", "b", "--methods", "lookup_lru", "--method-timeout", "0.5")
+    assert doc["results"] == {}
+    assert "stopped after 0.5 s" in doc["errors"]["lookup_lru"], doc["errors"]
+    assert proc.returncode == 1

@@ -59,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttl", type=float, help="override the LRU cache's expire-after-write seconds (default 60)")
     p.add_argument("--no-warm-up", action="store_true", help="skip the unmeasured warm-up job")
     p.add_argument(
+        "--method-timeout",
+        type=float,
+        help="stop a lookup or Spark method's query after this many seconds and record it as failed "
+        "(case b at scale: a point query without an index reads all of R per miss)",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -96,6 +102,8 @@ def command(args: argparse.Namespace) -> str:
         parts += ["--ttl", str(args.ttl)]
     if args.no_warm_up:
         parts.append("--no-warm-up")
+    if args.method_timeout is not None:
+        parts += ["--method-timeout", str(args.method_timeout)]
     if args.repeats != 1:
         parts += ["--repeats", str(args.repeats)]
     if args.seed != 7:
@@ -172,6 +180,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, Json]]:
     load_start = list(os.getloadavg())
     t_all = time.perf_counter()
     h = Harness(scale, args.scale, case, workdir, args.seed)
+    h.method_timeout = args.method_timeout
     docs: list[tuple[str, Json]] = []
     cmd = command(args)
     try:

@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -69,6 +70,10 @@ class Unsupported(Exception):
     """The method cannot run this variant (e.g. P > 1); recorded, not a failure of the others."""
 
 
+class TimedOut(Exception):
+    """The method's streaming query was stopped at the run's time limit (recorded as an error)."""
+
+
 T = TypeVar("T")
 
 
@@ -90,6 +95,7 @@ class Harness:
         self.topic = TOPIC
         self.memory: str = scale.budgets()[0]  # the budget of the methods run next
         self.shards = 1  # P of the methods run next
+        self.method_timeout: float | None = None  # seconds a foreachBatch method may run before it is stopped
         self._db: Database | None = None
         self._broker: DirectTansu | None = None
         self.spark: Any = None
@@ -261,6 +267,19 @@ class Harness:
     def timeline(self) -> Timeline:
         """Return a fresh per-phase timeline."""
         return Timeline()
+
+    def await_query(self, query: Any, name: str, consumed: Callable[[], int]) -> None:
+        """Wait for an available-now query; stop it at ``method_timeout`` and raise :class:`TimedOut`."""
+        if self.method_timeout is None:
+            query.awaitTermination()
+            return
+        if not query.awaitTermination(self.method_timeout):
+            query.stop()
+            n = consumed()
+            raise TimedOut(
+                f"{name}: stopped after {self.method_timeout:g} s with {n:,} of {self.scale.tuples:,} tuples "
+                f"({n / self.method_timeout:,.0f} tuples/s)"
+            )
 
     def check(self, table: str, tuples: int, dead_table: str | None = None) -> Json:
         """Compare the warehouse table with the batch join computed from the generated data."""

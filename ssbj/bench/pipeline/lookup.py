@@ -247,25 +247,27 @@ class LookupMethod:
             st.batch_done[(batch_id, 0)] = time.monotonic()
 
         before = h.counters.snapshot()
-        with h.rss() as rss:
-            t1 = time.perf_counter()
-            tl.start()
-            query = (
-                source_frame(h.spark, cfg)
-                .writeStream.foreachBatch(foreach)
-                .option("checkpointLocation", str(ck))
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            tl.stop()
-            t2 = time.perf_counter()
+        try:
+            with h.rss() as rss:
+                t1 = time.perf_counter()
+                tl.start()
+                query = (
+                    source_frame(h.spark, cfg)
+                    .writeStream.foreachBatch(foreach)
+                    .option("checkpointLocation", str(ck))
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                h.await_query(query, self.name, lambda: int(state["consumed"]))
+                tl.stop()
+                t2 = time.perf_counter()
+        finally:
+            cur.close()
+            conn.close()
+            sink.close()
         after = h.counters.snapshot()
         if query.exception() is not None:
             raise RuntimeError(f"{self.name}: {query.exception()}")
-        cur.close()
-        conn.close()
-        sink.close()
         res.tuples = int(state["consumed"])
         res.setup_seconds = t1 - t0
         res.wall_seconds = t2 - t1

@@ -106,7 +106,7 @@ class SparkStatic:
                 .start()
             )
             holder["query"] = query
-            query.awaitTermination()
+            h.await_query(query, self.name, lambda: sum(int(p.numInputRows) for p in query.recentProgress))
             tl.stop()
             t2 = time.perf_counter()
         after = h.counters.snapshot()
