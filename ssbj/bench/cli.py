@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ssbj.bench.experiments import EXPERIMENTS, PRESETS, run_experiments
+from ssbj.bench.pipeline import cli as pipeline_cli
 from ssbj.core import CostConstants
 from ssbj.errors import SSBJError
 
@@ -74,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write the cost-model constants fitted on this machine to FILE (for 'ssbj join --calibration')",
     )
+    suites = parser.add_subparsers(dest="suite", metavar="pipeline", title="other benchmarks")
+    pipeline = suites.add_parser(
+        "pipeline",
+        help="the end-to-end benchmark (Kafka -> Spark -> every join method -> MariaDB); 'ssbj bench pipeline --help'",
+        description="End-to-end benchmark: Kafka (Tansu) -> Spark -> SSBJ/MESHJOIN/alternatives -> MariaDB.",
+    )
+    pipeline_cli.add_arguments(pipeline)
 
 
 def _version(pkg: str) -> str | None:
@@ -353,6 +361,8 @@ def write_report(doc: Json, path: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``ssbj bench``; returns the exit code."""
+    if getattr(args, "suite", None) == "pipeline":
+        return pipeline_cli.execute(args)
     preset = PRESETS[args.scale]
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,10 @@
 
 Usage (from the repository root; starts a throw-away MariaDB unless ``--url`` is given)::
 
-    .venv/bin/python bench/sql_adapters_bench.py [--rows 1000000] [--extra-path DIR] [--out FILE]
+    .venv/bin/python -m ssbj.bench.sql_adapters [--rows 1000000] [--out FILE]
 
-``--extra-path`` is put on ``sys.path`` so that drivers that are not project dependencies
-(connectorx, mysqlclient) can be measured from a scratch directory, e.g. after
+Drivers that are not project dependencies (connectorx, mysqlclient) are measured when they
+can be imported, e.g. from a scratch directory on ``PYTHONPATH`` after
 ``pip install --target /tmp/sqlx connectorx mysqlclient``.  Prints a Markdown report.
 """
 
@@ -19,9 +19,9 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ def bench_layout(engine: sa.Engine, rows: int, out: list[str]) -> None:
 
         def scan_all(b: int = b) -> int:
             with engine.connect() as conn:
-                vals = conn.execute(sa.select(pk).order_by(pk)).scalars().all()
+                vals: Sequence[Any] = conn.execute(sa.select(pk).order_by(pk)).scalars().all()
             return len(vals[b - 1 :: b]) + 1
 
         _, m1, k = timed(keyset, 3)
@@ -123,8 +123,8 @@ def cell(ts: list[float]) -> str:
 
 def bench_read(engine: sa.Engine, url: sa.URL, rows: int, out: list[str], rounds: int) -> None:
     """Time reading one partition through each available path."""
-    import pymysql
-    import pymysql.cursors
+    import pymysql  # type: ignore[import-untyped]
+    import pymysql.cursors  # type: ignore[import-untyped]
 
     b = min(100_000, rows // 10)
     lo, hi = 4 * b, 5 * b
@@ -161,7 +161,11 @@ def bench_read(engine: sa.Engine, url: sa.URL, rows: int, out: list[str], rounds
         types = ARROW_TYPES[kind]
         sql = f"SELECT id, k, name, amount FROM {table} WHERE id > %s AND id <= %s ORDER BY id"  # noqa: S608
         scan = SqlMasterScan(engine, table, "k", b)
-        add("SqlMasterScan.read_partition (SQLAlchemy + PyMySQL)", kind, lambda s=scan: s.read_partition(4).num_rows)
+
+        def read4(s: SqlMasterScan = scan) -> int:
+            return int(s.read_partition(4).num_rows)
+
+        add("SqlMasterScan.read_partition (SQLAlchemy + PyMySQL)", kind, read4)
         t = sa.Table(table, sa.MetaData(), autoload_with=engine)
         # reflected MySQL DOUBLE columns would come back as Decimal: read them as float, as the scan does
         amount = sa.type_coerce(t.c.amount, sa.Double(asdecimal=False)) if kind == "double" else t.c.amount
@@ -173,7 +177,7 @@ def bench_read(engine: sa.Engine, url: sa.URL, rows: int, out: list[str], rounds
             return to_arrow(list(rows_), types).num_rows if arrow else len(rows_)
 
         add("SQLAlchemy Core execute + fetchall (fetch only)", kind, sa_fetch)
-        add("SQLAlchemy Core execute + fetchall + arrow", kind, lambda f=sa_fetch: f(arrow=True))
+        add("SQLAlchemy Core execute + fetchall + arrow", kind, partial(sa_fetch, arrow=True))
         conn = pymysql.connect(**kw)
         closers.append(conn.close)
 
@@ -183,11 +187,11 @@ def bench_read(engine: sa.Engine, url: sa.URL, rows: int, out: list[str], rounds
                 rows_ = cur.fetchall()
             return to_arrow(list(rows_), types).num_rows if arrow else len(rows_)
 
-        add("raw PyMySQL Cursor fetchall (fetch only)", kind, lambda r=raw: r(pymysql.cursors.Cursor, False))
-        add("raw PyMySQL Cursor fetchall + arrow", kind, lambda r=raw: r(pymysql.cursors.Cursor, True))
-        add("raw PyMySQL SSCursor fetchall + arrow", kind, lambda r=raw: r(pymysql.cursors.SSCursor, True))
+        add("raw PyMySQL Cursor fetchall (fetch only)", kind, partial(raw, pymysql.cursors.Cursor, False))
+        add("raw PyMySQL Cursor fetchall + arrow", kind, partial(raw, pymysql.cursors.Cursor, True))
+        add("raw PyMySQL SSCursor fetchall + arrow", kind, partial(raw, pymysql.cursors.SSCursor, True))
         if have_mysqlclient:
-            import MySQLdb
+            import MySQLdb  # type: ignore[import-untyped]
 
             mconn = MySQLdb.connect(**kw)
             closers.append(mconn.close)
@@ -197,7 +201,7 @@ def bench_read(engine: sa.Engine, url: sa.URL, rows: int, out: list[str], rounds
                 cur.execute(sql, (lo, hi))
                 rows_ = cur.fetchall()
                 cur.close()
-                return to_arrow(list(rows_), types).num_rows
+                return int(to_arrow(list(rows_), types).num_rows)
 
             add("mysqlclient (MySQLdb, C) fetchall + arrow", kind, mysqlclient)
         if have_connectorx:
@@ -205,11 +209,11 @@ def bench_read(engine: sa.Engine, url: sa.URL, rows: int, out: list[str], rounds
 
             cx_url = f"mysql://{url.username}:{url.password}@{url.host}:{url.port}/{url.database}"
             q = f"SELECT id, k, name, amount FROM {table} WHERE id > {lo} AND id <= {hi} ORDER BY id"  # noqa: S608
-            add(
-                "connectorx read_sql(return_type='arrow') (Rust)",
-                kind,
-                lambda q=q, u=cx_url: cx.read_sql(u, q, return_type="arrow").num_rows,
-            )
+
+            def cx_read(q: str = q, u: str = cx_url) -> int:
+                return int(cx.read_sql(u, q, return_type="arrow").num_rows)
+
+            add("connectorx read_sql(return_type='arrow') (Rust)", kind, cx_read)
     times = interleaved(jobs, rounds)
     for c in closers:
         c()
@@ -262,7 +266,7 @@ def bench_sink(engine: sa.Engine, url: sa.URL, out: list[str], rounds: int) -> N
         before = com_insert()
         sink.write(0, 0, table)
         stmts[f"SqlTableSink.write\t{chunk}"] = com_insert() - before
-        jobs.append((f"SqlTableSink.write\t{chunk}", lambda s=sink: s.write(0, 0, table)))
+        jobs.append((f"SqlTableSink.write\t{chunk}", partial(sink.write, 0, 0, table)))
 
     conn = pymysql.connect(
         host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
@@ -288,9 +292,9 @@ def bench_sink(engine: sa.Engine, url: sa.URL, out: list[str], rounds: int) -> N
     jobs.append(("raw PyMySQL executemany (tuples, no SQLAlchemy)\t5000", raw))
     times = interleaved(jobs, rounds)
     for key, ts in times.items():
-        label, chunk = key.split("\t")
-        st = stmts.get(key, "")
-        out.append(f"| {label} | {int(chunk):,} | {cell(ts)} | {n / min(ts):,.0f} | {st} |")
+        label, chunk_text = key.split("\t")
+        count = stmts.get(key, "")
+        out.append(f"| {label} | {int(chunk_text):,} | {cell(ts)} | {n / min(ts):,.0f} | {count} |")
     with conn.cursor() as cur:
         cur.execute("DROP TABLE bench_raw")
     conn.close()
@@ -306,10 +310,8 @@ def main() -> None:
     ap.add_argument("--url", help="SQLAlchemy URL of a MariaDB/MySQL database to use (default: start one)")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timed runs per path")
-    ap.add_argument("--extra-path", action="append", default=[], help="directory to add to sys.path")
     ap.add_argument("--out", type=Path, help="also write the report here")
     args = ap.parse_args()
-    sys.path.extend(args.extra_path)
     server = None
     if args.url:
         url = sa.make_url(args.url)

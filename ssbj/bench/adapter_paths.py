@@ -1,6 +1,6 @@
 """Fetch and write paths of the SQL adapters on MariaDB, each timed against the other in one process.
 
-    .venv/bin/python bench/adapter_paths_bench.py [--rows 1000000] [--rounds 5]
+    .venv/bin/python -m ssbj.bench.adapter_paths [--rows 1000000] [--rounds 5]
 
 Starts a throw-away MariaDB (ssbj.testing.mariadb), loads a ``customer`` table, then times
 ``SqlMasterScan.read_partition`` of a 100k-row partition through the driver (PyMySQL) and
@@ -16,6 +16,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -67,10 +68,10 @@ def main() -> int:
         }
         for r in range(args.rounds):
             p = r % driver.num_partitions()
-            times["read driver"].append(_time(lambda p=p: driver.read_partition(p)))
-            times["read connectorx"].append(_time(lambda p=p: cx.read_partition(p)))
+            times["read driver"].append(_time(partial(driver.read_partition, p)))
+            times["read connectorx"].append(_time(partial(cx.read_partition, p)))
             for m, s in sinks.items():
-                times[f"write {m}"].append(_time(lambda s=s, r=r: s.write(r, 0, rows)))
+                times[f"write {m}"].append(_time(partial(s.write, r, 0, rows)))
         print(f"MariaDB, {args.rows:,}-row customer table, 100,000 rows per read or write, {args.rounds} rounds")
         print("| path | best | median | rows/s (best) |\n|---|---:|---:|---:|")
         for k, v in times.items():
