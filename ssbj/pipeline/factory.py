@@ -18,7 +18,7 @@ from ssbj.adapters.sql_common import SqlRunner, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.credentials import database_url, engine, kafka_bootstrap, kafka_client_options
+from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, InputError, SSBJError
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
@@ -32,7 +32,7 @@ def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
     if cfg.kind == "parquet":
         return ParquetDirSink(cfg.path)
 
-    return SqlTableSink(database_url(cfg).get_secret_value(), cfg.table, create=cfg.create, bulk=cfg.bulk)
+    return SqlTableSink(engine(cfg), cfg.table, create=cfg.create, bulk=cfg.bulk)
 
 
 class MasterSource:
@@ -136,8 +136,6 @@ def validate_job(cfg: JobConfig) -> list[str]:
                     exists = sa.inspect(conn).has_table(t.name, schema=t.schema)
             except sa.exc.SQLAlchemyError as exc:
                 raise ConfigError(f"{name}: cannot connect to {sink.display()}: {type(exc).__name__}") from None
-            finally:
-                eng.dispose()
             out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
     ck = Path(cfg.checkpoint)
     probe = ck if ck.exists() else ck.resolve().parent

@@ -27,7 +27,6 @@ import sqlalchemy as sa
 from ssbj import credentials
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import TableName, reconciles
-from ssbj.credentials import database_url
 from ssbj.errors import ConfigError, StateError
 from ssbj.pipeline.audit import RunRange, Warehouse
 from ssbj.pipeline.factory import MasterSource
@@ -165,16 +164,41 @@ def validate_spark(df: Any, expectations: list[Expectation], name: str = "ssbj")
 
 
 def validate_table(
-    url: str, query: str, expectations: list[Expectation], name: str = "ssbj"
+    engine: sa.Engine, query: str, expectations: list[Expectation], name: str = "ssbj"
 ) -> tuple[list[dict[str, Any]], int]:
-    """Validate the rows of ``query`` in a database; returns (check results, rows failing)."""
+    """Validate the rows of ``query`` through ``engine``; returns (check results, rows failing).
+
+    GX's fluent SQL data source builds engines of its own from a connection string (one for
+    the data source, one for its execution engine), so the batch is built on the caller's
+    engine instead: GX's SQLAlchemy execution engine accepts one, and the query is read as a
+    sub-query (no temporary table, as the fluent query asset does by default).
+    """
     import great_expectations as gx
+    from great_expectations.core.batch import Batch, LegacyBatchDefinition
+    from great_expectations.core.batch_spec import RuntimeQueryBatchSpec
+    from great_expectations.core.id_dict import IDDict
+    from great_expectations.execution_engine.sqlalchemy_execution_engine import SqlAlchemyExecutionEngine
+    from great_expectations.validator.validator import Validator
 
     context = gx.get_context(mode="ephemeral")
-    ds = context.data_sources.add_sql(name=f"{name}-sql", connection_string=url)
-    asset = ds.add_query_asset(name=f"{name}-rows", query=query)
-    batch = asset.add_batch_definition_whole_table(f"{name}-batch").get_batch()
-    return _results(batch.validate(_gx_suite(name, expectations)), expectations)
+    execution = SqlAlchemyExecutionEngine(engine=engine, create_temp_table=False)
+    spec = RuntimeQueryBatchSpec(query=query)
+    data, markers = execution.get_batch_data_and_markers(batch_spec=spec)
+    definition = LegacyBatchDefinition(
+        datasource_name=f"{name}-sql",
+        data_connector_name="query",
+        data_asset_name=f"{name}-rows",
+        batch_identifiers=IDDict({}),
+    )
+    # GX annotates `data` as a BatchData class, but it holds (and its own code passes) an instance
+    batch = Batch(data=data, batch_definition=definition, batch_spec=spec, batch_markers=markers)  # type: ignore[arg-type]
+    validator = Validator(
+        execution_engine=execution,
+        batches=[batch],
+        expectation_suite=_gx_suite(name, expectations),
+        data_context=context,
+    )
+    return _results(validator.validate(), expectations)
 
 
 def _master_not_null(cfg: JobConfig) -> list[str]:
@@ -198,7 +222,7 @@ def check_run(cfg: JobConfig, run_id: str, engine: sa.Engine | None = None) -> C
         .compile(dialect=wh.engine.dialect, compile_kwargs={"literal_binds": True})
     )  # literals are the run's integer batch ids and segments only
     assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101
-    checks, failing = validate_table(database_url(cfg.sink).get_secret_value(), query, expectations, cfg.name)
+    checks, failing = validate_table(wh.engine, query, expectations, cfg.name)
     checks.append(_reconcile(cfg, wh, row, rng))
     success = all(c["success"] for c in checks)
     result = CheckResult(cfg.name, run_id, success, failing, checks)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from ssbj import credentials
 from ssbj.config import Database
-from ssbj.credentials import database_url
 from ssbj.warehouse import demo_master_table
 
 JOB_TEMPLATE = """\
@@ -97,20 +97,17 @@ def _customers(rng: np.random.Generator, n: int) -> list[tuple[int, str, str, fl
     ]
 
 
-def _load_master(url: str, rows: list[tuple[int, str, str, float]]) -> None:
+def _load_master(db: Database, rows: list[tuple[int, str, str, float]]) -> None:
     """Create (or replace) the demo ``customer`` table in a database and load ``rows``."""
-    engine = sa.create_engine(url)
-    try:
-        md = sa.MetaData()
-        t = demo_master_table(md)
-        t.drop(engine, checkfirst=True)
-        t.create(engine)
-        with engine.begin() as conn:
-            conn.execute(
-                sa.insert(t), [{"c_custkey": k, "c_name": n, "c_segment": s, "c_balance": b} for k, n, s, b in rows]
-            )
-    finally:
-        engine.dispose()
+    engine = credentials.engine(db)  # the engine the job's master scan will use too
+    md = sa.MetaData()
+    t = demo_master_table(md)
+    t.drop(engine, checkfirst=True)
+    t.create(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(t), [{"c_custkey": k, "c_name": n, "c_segment": s, "c_balance": b} for k, n, s, b in rows]
+        )
 
 
 def write_demo(
@@ -128,7 +125,7 @@ def write_demo(
     master_db = root / "master.db"
     rows = _customers(rng, customers)
     if connection_id is not None:
-        _load_master(database_url(Database.model_validate({"connection_id": connection_id})).get_secret_value(), rows)
+        _load_master(Database.model_validate({"connection_id": connection_id}), rows)
     else:
         with sqlite3.connect(master_db) as db:
             db.execute("DROP TABLE IF EXISTS customer")
