@@ -20,7 +20,7 @@ from ssbj import credentials
 from ssbj.adapters.sql_common import arrow_type_for_sql
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts, TableName
-from ssbj.errors import ConfigError, StateError
+from ssbj.errors import ConfigError, InputError, StateError
 from ssbj.warehouse import REASON_COLUMN, RUN_ID_COLUMN, audit_table, published_table, quarantine_table
 
 
@@ -85,7 +85,7 @@ class Warehouse:
                 continue
             at = arrow_type_for_sql(c.type, self.engine.dialect.name)
             if at is None:
-                raise ConfigError(f"column {c.name!r} of {self.enriched_name} has an unsupported type {c.type}")
+                raise InputError(f"column {c.name!r} of {self.enriched_name} has an unsupported type {c.type}")
             fields.append(pa.field(c.name, at, nullable=bool(c.nullable)))
         schema = pa.schema(fields)
         md = sa.MetaData()
