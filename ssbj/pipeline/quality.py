@@ -26,9 +26,9 @@ import sqlalchemy as sa
 
 from ssbj import credentials
 from ssbj.config import DatabaseSink, JobConfig
-from ssbj.contracts import TableName, reconciles
+from ssbj.contracts import RunCounts, TableName
 from ssbj.errors import ConfigError, StateError
-from ssbj.pipeline.audit import RunRange, Warehouse
+from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
 from ssbj.pipeline.factory import MasterSource
 
 log = logging.getLogger("ssbj.quality")
@@ -63,9 +63,7 @@ class CheckResult:
         return "\n".join(lines)
 
 
-def build_suite(
-    cfg: JobConfig, columns: list[str], master_not_null: list[str], counts: dict[str, Any]
-) -> list[Expectation]:
+def build_suite(cfg: JobConfig, columns: list[str], master_not_null: list[str], counts: RunCounts) -> list[Expectation]:
     """Return the expectations for a run with audit ``counts``, on a table with ``columns``."""
     q = cfg.quality
     out: list[Expectation] = [
@@ -97,12 +95,12 @@ def build_suite(
     out.append(
         Expectation(
             "ExpectTableRowCountToEqual",
-            {"value": int(counts["rows_enriched"])},
+            {"value": counts.output_rows},
             "the warehouse holds every enriched row the run produced, once",
         )
     )
     if q.source_id is not None and cfg.join.type == "inner":
-        n = int(counts["source_rows_enriched"])
+        n = counts.matched_source_rows
         out.append(
             Expectation(
                 "ExpectColumnUniqueValueCountToBeBetween",
@@ -215,7 +213,7 @@ def check_run(cfg: JobConfig, run_id: str, engine: sa.Engine | None = None) -> C
     rng = RunRange((row["from_batch_id"], row["from_segment"]), (row["to_batch_id"], row["to_segment"]))
     enriched = wh.enriched()
     columns = [c.name for c in enriched.columns]
-    expectations = build_suite(cfg, columns, _master_not_null(cfg), row)
+    expectations = build_suite(cfg, columns, _master_not_null(cfg), audit_counts(row))
     query = str(
         sa.select(enriched)
         .where(rng.predicate(enriched))
@@ -242,24 +240,21 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
         with eng.connect() as conn:
             stmt = sa.select(sa.func.count()).select_from(dl).where(rng.predicate(dl))
             dead_in_table = int(conn.execute(stmt).scalar_one())
-    counted = reconciles(
-        row["rows_in"], row["source_rows_enriched"], row["unmatched"], row["waiting"], row["dead_lettered"]
-    )
-    ok = counted and (dead_in_table is None or dead_in_table == row["dead_lettered"])
-    total = row["source_rows_enriched"] + row["unmatched"] + row["dead_lettered"] + row["waiting"]
+    c = audit_counts(row)
+    ok = c.reconciled and (dead_in_table is None or dead_in_table == c.dead_letters)
     return {
         "expectation": "RowCountReconciliation",
-        "kwargs": {"rows_in": row["rows_in"]},
+        "kwargs": {"rows_in": c.records_in},
         "success": ok,
         "why": "rows in = enriched source rows + unmatched + dead-lettered + waiting, every dead letter stored",
         "observed": {
-            "enriched_source_rows": row["source_rows_enriched"],
-            "unmatched": row["unmatched"],
-            "dead_lettered": row["dead_lettered"],
-            "waiting": row["waiting"],
+            "enriched_source_rows": c.matched_source_rows,
+            "unmatched": c.unmatched_source_rows,
+            "dead_lettered": c.dead_letters,
+            "waiting": c.waiting,
             "dead_letters_in_table": dead_in_table,
         },
-        "unexpected_count": 0 if ok else abs(total - row["rows_in"]),
+        "unexpected_count": 0 if ok else abs(c.unaccounted),
         "partial_unexpected_list": [],
     }
 
