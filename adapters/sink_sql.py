@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from ssbj.adapters.sql_common import SqlRunner, make_engine, safe_url, split_table_name
+from ssbj.adapters.sql_common import SqlRunner, make_engine, safe_url
 from ssbj.adapters.sql_tables import batch_table
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, TableName
 from ssbj.errors import ConfigError, InputError, StateError, TerminalError
@@ -65,7 +65,8 @@ class SqlTableSink:
         self._bulk = bulk
         self._engine, self._owns_engine = make_engine(target, local_infile=bulk != "insert")
         self._table_name = table
-        self._schema_name, self._short_name = split_table_name(table)
+        name = TableName.parse(table)
+        self._schema_name, self._short_name = name.schema, name.name
         self._create = create
         self._chunk = chunk_rows
         self._runner = SqlRunner(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -124,16 +123,10 @@ def write_demo(
     landing.mkdir(exist_ok=True)
     master_db = root / "master.db"
     rows = _customers(rng, customers)
-    if connection_id is not None:
-        _load_master(Database.model_validate({"connection_id": connection_id}), rows)
-    else:
-        with sqlite3.connect(master_db) as db:
-            db.execute("DROP TABLE IF EXISTS customer")
-            db.execute(
-                "CREATE TABLE customer (c_custkey INTEGER PRIMARY KEY, c_name TEXT NOT NULL, "
-                "c_segment TEXT NOT NULL, c_balance REAL NOT NULL)"
-            )
-            db.executemany("INSERT INTO customer VALUES (?, ?, ?, ?)", rows)
+    where = (
+        {"connection_id": connection_id} if connection_id is not None else {"url": f"sqlite:///{master_db.resolve()}"}
+    )
+    _load_master(Database.model_validate(where), rows)  # the table from its one model (ssbj.warehouse)
     # Zipf-skewed customer ids; ids above `customers` have no master row
     ranks = rng.zipf(1.3, size=orders)
     keys = (ranks - 1) % int(customers * 1.05) + 1
