@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import yaml
 
 import ssbj.errors
 from ssbj import credentials
@@ -71,18 +72,17 @@ def test_no_module_defines_an_error_outside_the_tree() -> None:
 # given; stored state, checkpoints, data, services and missing extras get their own classes.
 
 
-def _job_file(tmp_path: Path, **override: str) -> Path:
+def _job_file(tmp_path: Path, trigger_mode: str | None = None) -> Path:
     job = write_demo(tmp_path, customers=20, orders=20, files=1)
-    text = job.read_text()
-    for old, new in override.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    job.write_text(text)
+    if trigger_mode is not None:  # the job file as data, one field changed
+        doc = yaml.safe_load(job.read_text())
+        doc["trigger"]["mode"] = trigger_mode
+        job.write_text(yaml.safe_dump(doc))
     return job
 
 
 def test_config_errors_name_the_field_or_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    job = _job_file(tmp_path, **{"mode: available-now": "mode: sometimes"})
+    job = _job_file(tmp_path, trigger_mode="sometimes")
     with pytest.raises(ConfigError, match=r"trigger\.mode"):
         load_config(job)
     with pytest.raises(ConfigError, match=r"schema\.table"):
