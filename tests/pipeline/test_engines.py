@@ -7,6 +7,8 @@ records every engine that opens a connection, GX's included.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -36,40 +38,44 @@ def _load_run(cfg: JobConfig, landing: Path, run_id: str) -> None:
     wh.finish_run(run_id, proc.position(), proc.counts(), 1.0)
 
 
-def _engines_of(found: set[str]) -> dict[str, int]:
+@contextmanager
+def engines_opened() -> Iterator[dict[str, int]]:
+    """Count, per URL, the engines that open a connection in the block (the engines are kept alive)."""
+    engines: list[sa.Engine] = []
     by_url: dict[str, int] = {}
-    for entry in found:
-        url = entry.split(":", 1)[1]
-        by_url[url] = by_url.get(url, 0) + 1
-    return by_url
-
-
-def test_check_and_validate_open_one_engine_per_database_url(tmp_path: Path) -> None:
-    pytest.importorskip("great_expectations")
-    job = write_demo(tmp_path, customers=300, orders=3_000, files=2, seed=5)
-    cfg = load_config(job)
-    _load_run(cfg, tmp_path / "landing", "r1")
-    master_url = f"sqlite:///{(tmp_path / 'master.db').resolve()}"
-    warehouse_url = f"sqlite:///{(tmp_path / 'warehouse.db').resolve()}"
-
-    credentials.dispose_engines()
-    seen: dict[int, str] = {}
 
     def on_connect(conn: sa.Connection) -> None:
-        seen[id(conn.engine)] = conn.engine.url.render_as_string(hide_password=True)
+        if not any(e is conn.engine for e in engines):
+            engines.append(conn.engine)
+            url = conn.engine.url.render_as_string(hide_password=True)
+            by_url[url] = by_url.get(url, 0) + 1
 
+    credentials.dispose_engines()
     sa.event.listen(sa.Engine, "engine_connect", on_connect)
     try:
-        assert main(["check", str(job), "--run-id", "r1"]) == 0  # GX suite + reconciliation on real rows
-        # the warehouse (enriched, audit, dead letters, GX) and the master (its NOT NULL columns)
-        assert _engines_of({f"{k}:{v}" for k, v in seen.items()}) == {warehouse_url: 1, master_url: 1}
-        seen.clear()
-        credentials.dispose_engines()
-        assert main(["validate", str(job)]) == 0  # master, sink and dead-letter sink (same URL)
-        assert _engines_of({f"{k}:{v}" for k, v in seen.items()}) == {warehouse_url: 1, master_url: 1}
+        yield by_url
     finally:
         sa.event.remove(sa.Engine, "engine_connect", on_connect)
         credentials.dispose_engines()
+
+
+def test_run_check_and_validate_open_one_engine_per_database_url(tmp_path: Path) -> None:
+    pytest.importorskip("great_expectations")
+    job = write_demo(tmp_path, customers=300, orders=3_000, files=2, seed=5)
+    cfg = load_config(job)
+    urls = {
+        f"sqlite:///{(tmp_path / 'master.db').resolve()}": 1,  # the master scan; the check's NOT NULL columns
+        f"sqlite:///{(tmp_path / 'warehouse.db').resolve()}": 1,  # sinks, audit, gate tables, GX
+    }
+    with engines_opened() as opened:
+        _load_run(cfg, tmp_path / "landing", "r1")  # master scan, both sinks, the audit row
+    assert opened == urls
+    with engines_opened() as opened:
+        assert main(["check", str(job), "--run-id", "r1"]) == 0  # GX suite + reconciliation on real rows
+    assert opened == urls
+    with engines_opened() as opened:
+        assert main(["validate", str(job)]) == 0
+    assert opened == urls
 
 
 def test_the_sink_and_the_audit_share_the_engine_of_their_url(tmp_path: Path) -> None:
