@@ -61,7 +61,7 @@ def engines_opened() -> Iterator[dict[str, int]]:
 
 def test_run_check_and_validate_open_one_engine_per_database_url(tmp_path: Path) -> None:
     pytest.importorskip("great_expectations")
-    job = write_demo(tmp_path, customers=300, orders=3_000, files=2, seed=5)
+    job = write_demo(tmp_path, customers=100, orders=600, files=2, seed=5)
     cfg = load_config(job)
     urls = {
         f"sqlite:///{(tmp_path / 'master.db').resolve()}": 1,  # the master scan; the check's NOT NULL columns
