@@ -61,7 +61,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ssbj.errors import TransientError
+from ssbj.errors import ConfigError, DependencyError, TransientError
 from ssbj.retry import RetryPolicy, with_retries
 
 __all__ = [
@@ -111,7 +111,7 @@ def _kafka() -> Any:
     try:
         import confluent_kafka
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the ssbj_kafka source needs confluent-kafka: install ssbj[kafka]") from exc
+        raise DependencyError("the ssbj_kafka source needs confluent-kafka: install ssbj[kafka]") from exc
     return confluent_kafka
 
 
@@ -134,9 +134,9 @@ def _int_option(options: Mapping[str, str], name: str, default: int | None, mini
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise ValueError(f"option {name} must be an integer, got {raw!r}") from None
+        raise ConfigError(f"option {name} must be an integer, got {raw!r}") from None
     if value < minimum:
-        raise ValueError(f"option {name} must be >= {minimum}, got {value}")
+        raise ConfigError(f"option {name} must be >= {minimum}, got {value}")
     return value
 
 
@@ -180,18 +180,18 @@ class KafkaSourceOptions:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
         if not bootstrap:
-            raise ValueError("option kafka.bootstrap.servers is required")
+            raise ConfigError("option kafka.bootstrap.servers is required")
         topic = opts.get("subscribe", "").strip()
         if not topic or "," in topic:
-            raise ValueError("option subscribe must name exactly one topic")
+            raise ConfigError("option subscribe must name exactly one topic")
         if "assign" in opts or "subscribepattern" in opts:
-            raise ValueError("only the subscribe option is supported (one topic)")
+            raise ConfigError("only the subscribe option is supported (one topic)")
         starting = opts.get("startingoffsets", "earliest").strip()
         if starting not in ("earliest", "latest"):
             _parse_starting_json(starting, topic)  # validate early
         end_offsets = opts.get("endoffsets", "consume").strip().lower()
         if end_offsets not in ("consume", "watermark"):
-            raise ValueError(f"option endOffsets must be consume or watermark, got {end_offsets!r}")
+            raise ConfigError(f"option endOffsets must be consume or watermark, got {end_offsets!r}")
         settings = tuple(
             sorted(
                 (k[len("kafka.") :], v)
@@ -264,15 +264,15 @@ def _parse_starting_json(text: str, topic: str) -> dict[int, int]:
     try:
         spec = json.loads(text)
     except json.JSONDecodeError:
-        raise ValueError("option startingOffsets must be earliest, latest or a JSON object") from None
+        raise ConfigError("option startingOffsets must be earliest, latest or a JSON object") from None
     if not isinstance(spec, dict) or set(spec) != {topic} or not isinstance(spec[topic], dict):
-        raise ValueError(f'option startingOffsets JSON must look like {{"{topic}": {{"0": 5, "1": -2}}}}')
+        raise ConfigError(f'option startingOffsets JSON must look like {{"{topic}": {{"0": 5, "1": -2}}}}')
     try:
         out = {int(p): int(o) for p, o in spec[topic].items()}
     except (TypeError, ValueError):
-        raise ValueError("option startingOffsets: partitions and offsets must be integers") from None
+        raise ConfigError("option startingOffsets: partitions and offsets must be integers") from None
     if any(o < -2 for o in out.values()):
-        raise ValueError("option startingOffsets: offsets must be >= 0, or -2 (earliest) / -1 (latest)")
+        raise ConfigError("option startingOffsets: offsets must be >= 0, or -2 (earliest) / -1 (latest)")
     return out
 
 
@@ -719,5 +719,5 @@ class KafkaDataSource(DataSource):
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         """Streaming reader; options are validated here."""
         if [f.name for f in schema.fields] != KAFKA_SCHEMA.fieldNames():
-            raise ValueError(f"ssbj_kafka has a fixed schema: {KAFKA_SCHEMA.simpleString()}")
+            raise ConfigError(f"ssbj_kafka has a fixed schema: {KAFKA_SCHEMA.simpleString()}")
         return KafkaStreamReader(KafkaSourceOptions.from_options(self.options))

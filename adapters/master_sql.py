@@ -45,7 +45,7 @@ from ssbj.adapters.sql_common import (
 )
 from ssbj.core.keys import key_family
 from ssbj.core.shards import ModRouter, RangeRouter, Router, route_column
-from ssbj.errors import CheckpointError, ConfigError, InputError, TransientError
+from ssbj.errors import CheckpointError, ConfigError, InputError, StateError, TransientError
 from ssbj.retry import RetryPolicy, with_retries
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def encode_value(v: object) -> dict[str, Any]:
         return {"t": "bytes", "v": base64.b64encode(bytes(v)).decode("ascii")}
     if isinstance(v, uuid.UUID):
         return {"t": "uuid", "v": str(v)}
-    raise ConfigError(f"page column values of type {type(v).__name__} cannot be saved in a layout")
+    raise InputError(f"page column values of type {type(v).__name__} cannot be saved in a layout")
 
 
 def decode_value(d: Mapping[str, Any]) -> object:
@@ -194,7 +194,7 @@ class SqlMasterScan:
         self._retry = retry if retry is not None else RetryPolicy()
         self._runner = SqlRunner(self._engine, self._retry, f"master table {table}", log)
         self._key = key
-        self._sa_table = self._runner.run(self._reflect, "reflecting the master table", terminal=ConfigError)
+        self._sa_table = self._runner.run(self._reflect, "reflecting the master table")
         self._dialect = self._engine.dialect.name
         self._columns = self._check_columns(key, columns)
         self._page = self._check_page_column(page_column)
@@ -409,7 +409,7 @@ class SqlMasterScan:
         """Rows of partition ``p`` (ordered by the page column) as an Arrow table of :attr:`schema`."""
         lay = self._ensure_layout()
         if not 0 <= p < lay.k:
-            raise IndexError(f"partition {p} out of range 0..{lay.k - 1}")
+            raise StateError(f"partition {p} out of range 0..{lay.k - 1}")
         q = self._select
         if p > 0:
             q = q.where(self._page > lay.bounds[p - 1])

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN
-from ssbj.errors import ConfigError, InputError, StateError
+from ssbj.errors import ConfigError, InputError, ServiceError, StateError
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,13 @@ class ParquetDirSink:
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ConfigError(f"cannot create sink directory {self._dir}: {e}") from None
+            raise ServiceError(f"cannot create sink directory {self._dir}: {e}") from None
         schema = schema.remove_metadata()
         path = self._dir / SCHEMA_FILE
         if path.exists():
             recorded = self._load_schema(path)
             if not recorded.equals(schema):
-                raise ConfigError(self._mismatch(recorded, schema))
+                raise StateError(self._mismatch(recorded, schema))
         else:
             doc = {
                 "fields": _describe(schema),
@@ -100,7 +100,7 @@ class ParquetDirSink:
             doc = json.loads(path.read_text())
             return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow_schema"])))
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowInvalid) as e:
-            raise ConfigError(f"cannot read the recorded schema {path}: {e}") from None
+            raise StateError(f"cannot read the recorded schema {path}: {e}") from None
 
     def _mismatch(self, recorded: pa.Schema, schema: pa.Schema) -> str:
         old = {f.name: f for f in recorded}
@@ -124,7 +124,7 @@ class ParquetDirSink:
         if self._schema is None or self._out_schema is None:
             raise StateError("ParquetDirSink.write before prepare()")
         if batch_id < 0 or segment < 0:
-            raise ValueError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
+            raise StateError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
         target = self._dir / file_name(batch_id, segment)
         if table.num_rows == 0:
             if target.exists():

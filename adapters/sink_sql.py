@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from ssbj.adapters.sql_common import SqlRunner, make_engine, safe_url, split_table_name
+from ssbj.adapters.sql_common import SqlRunner, make_engine, safe_url
 from ssbj.adapters.sql_tables import batch_table
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, TableName
 from ssbj.errors import ConfigError, InputError, StateError, TerminalError
@@ -65,7 +65,8 @@ class SqlTableSink:
         self._bulk = bulk
         self._engine, self._owns_engine = make_engine(target, local_infile=bulk != "insert")
         self._table_name = table
-        self._schema_name, self._short_name = split_table_name(table)
+        name = TableName.parse(table)
+        self._schema_name, self._short_name = name.schema, name.name
         self._create = create
         self._chunk = chunk_rows
         self._runner = SqlRunner(
@@ -85,7 +86,7 @@ class SqlTableSink:
         if dup:
             raise ConfigError(f"output columns listed twice: {', '.join(dup)}")
         self._sa_table = self._runner.run(
-            lambda conn: self._prepare(conn, schema), "preparing the sink table", transaction=True, terminal=ConfigError
+            lambda conn: self._prepare(conn, schema), "preparing the sink table", transaction=True
         )
         self._arrow_schema = schema
 
@@ -96,13 +97,15 @@ class SqlTableSink:
             have = [c.name for c in t.columns]
             missing = [n for n in [*schema.names, BATCH_ID_COLUMN, SEGMENT_COLUMN] if n not in have]
             if missing:
-                raise ConfigError(
+                raise StateError(
                     f"sink table {self._table_name!r} in {safe_url(self._engine)} lacks column(s) "
                     f"{', '.join(map(repr, missing))} (it has: {', '.join(have)})"
                 )
             return t
         if not self._create:
-            raise ConfigError(f"sink table {self._table_name!r} does not exist in {safe_url(self._engine)}")
+            raise StateError(
+                f"sink table {self._table_name!r} does not exist in {safe_url(self._engine)} (create: false)"
+            )
         t = batch_table(sa.MetaData(), TableName(self._short_name, self._schema_name), schema)
         t.create(conn)
         log.info("created sink table %s on %s", self._table_name, safe_url(self._engine))
@@ -114,7 +117,7 @@ class SqlTableSink:
         if self._sa_table is None or self._arrow_schema is None:
             raise StateError("SqlTableSink.write before prepare()")
         if batch_id < 0 or segment < 0:
-            raise ValueError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
+            raise StateError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
         if table.schema.names != self._arrow_schema.names:
             raise InputError(
                 f"rows for sink table {self._table_name!r} have columns {table.schema.names}, "

@@ -12,7 +12,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ssbj.contracts import TableName
-from ssbj.errors import ConfigError, TerminalError
+from ssbj.errors import ConfigError, DependencyError, ServiceError, TerminalError
 from ssbj.retry import RetryPolicy, with_retries
 
 T = TypeVar("T")
@@ -58,7 +58,10 @@ def make_engine(source: Engine | URL | str, *, local_infile: bool = False) -> tu
         if local_infile and url.get_backend_name() in ("mysql", "mariadb") and url.get_driver_name() == "pymysql":
             args["local_infile"] = True
         return sa.create_engine(url, pool_pre_ping=True, connect_args=args), True
-    except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as e:
+    except (ImportError, sa_exc.NoSuchModuleError) as e:  # the URL names a driver that is not installed
+        where = url.render_as_string(hide_password=True)
+        raise DependencyError(f"cannot create an engine for {where}: {type(e).__name__}: {e}") from None
+    except sa_exc.ArgumentError as e:
         where = url.render_as_string(hide_password=True)
         raise ConfigError(f"cannot create an engine for {where}: {type(e).__name__}: {e}") from None
 
@@ -127,7 +130,7 @@ class SqlRunner:
         action: str,
         *,
         transaction: bool = False,
-        terminal: type[TerminalError] = TerminalError,
+        terminal: type[TerminalError] = ServiceError,
     ) -> T:
         """Run ``work(conn)`` (inside one transaction if ``transaction``), retrying transient errors.
 

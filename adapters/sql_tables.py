@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, TableName
-from ssbj.errors import ConfigError
+from ssbj.errors import InputError
 
 _MYSQL = ("mysql", "mariadb")
 _MAX_IDENTIFIER = 60  # below MySQL's 64 and PostgreSQL's 63
@@ -73,7 +73,7 @@ def columns(schema: pa.Schema) -> list[sa.Column[Any]]:
     for f in schema:
         st = sql_type_for_arrow(f.type)
         if st is None:
-            raise ConfigError(f"output column {f.name!r} has Arrow type {f.type}, which the SQL sink cannot store")
+            raise InputError(f"output column {f.name!r} has Arrow type {f.type}, which the SQL sink cannot store")
         out.append(sa.Column(f.name, st, nullable=f.nullable))
     return out
 

@@ -7,7 +7,17 @@ settings and planning, the typed counters and the error tree are exported here t
 from ssbj.api import enrich
 from ssbj.contracts import MasterScan, OperatorTotals, RunCounts, WarehouseSink, reconciles
 from ssbj.core import ArrowMaster, CostModel, JoinSpec, SemiStreamJoin, StepResult
-from ssbj.errors import CheckpointError, ConfigError, InputError, SSBJError, TerminalError, TransientError
+from ssbj.errors import (
+    CheckpointError,
+    ConfigError,
+    DependencyError,
+    InputError,
+    ServiceError,
+    SSBJError,
+    StateError,
+    TerminalError,
+    TransientError,
+)
 from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, estimate_row_bytes, plan_join
 
 __version__ = "0.1.0"
@@ -18,6 +28,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "CostModel",
+    "DependencyError",
     "InputError",
     "JoinPlan",
     "JoinSettings",
@@ -27,6 +38,8 @@ __all__ = [
     "RunCounts",
     "SSBJError",
     "SemiStreamJoin",
+    "ServiceError",
+    "StateError",
     "StepResult",
     "TerminalError",
     "TransientError",

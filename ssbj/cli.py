@@ -55,7 +55,7 @@ from ssbj.core import (
 )
 from ssbj.core.bound import KeyDistribution, advise, key_distribution
 from ssbj.core.keys import check_compatible, encode_keys
-from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError
 from ssbj.pipeline.commands import add_commands
 from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, check_key_types, estimate_row_bytes, plan_join
 from ssbj.units import parse_size
@@ -526,7 +526,7 @@ def _write_output(op: SemiStreamJoin, feed: Iterator[pa.Table], out: Path, stats
         try:
             writer = pq.ParquetWriter(tmp, op.output_schema)
         except (pa.ArrowException, OSError) as exc:
-            raise ConfigError(f"cannot write output {out}: {_one_line(exc)}") from exc
+            raise ConfigError(f"cannot write --output {out}: {_one_line(exc)}") from exc
         with writer:
             for result in op.run(feed):
                 stats.observe(result.metrics)
@@ -542,8 +542,8 @@ def _write_output(op: SemiStreamJoin, feed: Iterator[pa.Table], out: Path, stats
                 writer.write_table(pa.concat_tables(pending))
                 rows += pending_rows
         os.replace(tmp, out)
-    except OSError as exc:
-        raise ConfigError(f"cannot write output {out}: {_one_line(exc)}") from exc
+    except OSError as exc:  # the file opened, then the disk or file system failed
+        raise ServiceError(f"cannot write output {out}: {_one_line(exc)}") from exc
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -597,7 +597,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         generate_synthetic = importlib.import_module("ssbj.bench.datagen").generate_synthetic
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"the demo needs ssbj.bench.datagen: {_one_line(exc)}") from exc
+        raise DependencyError(f"the demo needs ssbj.bench.datagen: {_one_line(exc)}") from exc
 
     t0 = time.perf_counter()
     stream, master = generate_synthetic(args.master_rows, args.rows, args.skew, seed=args.seed)
@@ -662,7 +662,7 @@ def _cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     try:
         bench_cli = importlib.import_module("ssbj.bench.cli")
     except ImportError as exc:
-        raise ConfigError(
+        raise DependencyError(
             f"the bench command needs the benchmark extras (pip install 'ssbj[bench]'): {_one_line(exc)}"
         ) from exc
     parser = _Parser(prog=f"{PROG} bench", description="Run the SSBJ / MESHJOIN benchmarks.")

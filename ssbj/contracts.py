@@ -181,9 +181,14 @@ class OperatorTotals(_ByName):
     cache_share: float
 
 
+def unaccounted(records_in: int, matched: int, unmatched: int, waiting: int, dead_letters: int) -> int:
+    """Return the records in that are neither matched, unmatched, waiting nor a dead letter (the one rule)."""
+    return records_in - (matched + unmatched + waiting + dead_letters)
+
+
 def reconciles(records_in: int, matched: int, unmatched: int, waiting: int, dead_letters: int) -> bool:
-    """Return whether every record in is matched, unmatched, waiting or a dead letter (the one rule)."""
-    return records_in == matched + unmatched + waiting + dead_letters
+    """Return whether every record in is matched, unmatched, waiting or a dead letter (:func:`unaccounted` is 0)."""
+    return unaccounted(records_in, matched, unmatched, waiting, dead_letters) == 0
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,12 @@ class RunCounts(_ByName):
     @property
     def reconciled(self) -> bool:
         """Whether the counts add up (:func:`reconciles`)."""
-        return reconciles(
+        return self.unaccounted == 0
+
+    @property
+    def unaccounted(self) -> int:
+        """Records in that the other counts do not explain (:func:`unaccounted`; 0 when they reconcile)."""
+        return unaccounted(
             self.records_in, self.matched_source_rows, self.unmatched_source_rows, self.waiting, self.dead_letters
         )
 

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from sqlalchemy.engine import URL, Engine, make_url
 
 from ssbj.adapters.sql_common import make_engine
-from ssbj.config import Database, KafkaSource
+from ssbj.config import Database, DatabaseSink, KafkaSource
 from ssbj.errors import ConfigError
 
 # conn_type of an Airflow connection -> SQLAlchemy dialect+driver (the one map; the DAGs use it too)
@@ -116,15 +116,34 @@ def database_url(db: Database) -> SecretStr:
     return SecretStr(url.render_as_string(hide_password=False))
 
 
-_ENGINES: dict[str, Engine] = {}
+_ENGINES: dict[tuple[str, bool], Engine] = {}
+
+
+def needs_local_infile(db: Database, resolved: SecretStr | None = None) -> bool:
+    """Whether ``db``'s connections must allow ``LOAD DATA LOCAL INFILE`` (a MySQL sink that bulk-loads)."""
+    if not isinstance(db, DatabaseSink) or db.bulk == "insert":
+        return False
+    url = make_url((resolved or database_url(db)).get_secret_value())
+    return url.get_backend_name() in ("mysql", "mariadb") and url.get_driver_name() == "pymysql"
 
 
 def engine(db: Database) -> Engine:
-    """Return the engine of ``db``: one per database URL in this process, shared by every caller."""
-    url = database_url(db).get_secret_value()
-    found = _ENGINES.get(url)
+    """Return the engine of ``db``: one per database URL in this process, shared by every caller.
+
+    The master scan, the sinks, the audit table, the quality checks and ``ssbj validate`` all
+    get their engine here. A URL gets a second engine only when a bulk-loading MySQL sink
+    needs ``local_infile`` and another caller of that URL does not: the option lets the
+    server ask the client for files, so it is not turned on where nothing loads.
+    """
+    return engine_for_url(database_url(db), needs_local_infile(db))
+
+
+def engine_for_url(url: SecretStr, local_infile: bool = False) -> Engine:
+    """Return this process's engine of a resolved URL (executors get URLs the driver resolved)."""
+    key = (url.get_secret_value(), local_infile)
+    found = _ENGINES.get(key)
     if found is None:
-        found = _ENGINES[url] = make_engine(url)[0]
+        found = _ENGINES[key] = make_engine(key[0], local_infile=local_infile)[0]
     return found
 
 
@@ -176,4 +195,5 @@ __all__ = [
     "engine",
     "kafka_bootstrap",
     "kafka_client_options",
+    "needs_local_infile",
 ]

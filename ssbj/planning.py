@@ -17,7 +17,7 @@ from ssbj.core.costmodel import CostModel, MemoryPlan, plan_memory
 from ssbj.core.keys import check_compatible, key_family
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import JoinSpec
-from ssbj.errors import InputError
+from ssbj.errors import ConfigError, InputError
 from ssbj.units import parse_size
 
 DEFAULT_MEMORY = "256MiB"
@@ -131,7 +131,7 @@ def plan_join(
         assert s.partition_rows and s.step_rows  # noqa: S101  (needs_master_size says so)
         return JoinPlan(join_spec(s, int(s.step_rows * stream_row_bytes)), s.partition_rows, None)
     if master_rows is None or master_row_bytes is None:
-        raise ValueError("plan_join needs master_rows and master_row_bytes when b or w is left to the budget")
+        raise ConfigError("plan_join needs master_rows and master_row_bytes when b or w is left to the budget")
     plan = plan_memory(s.memory_budget, master_rows, stream_row_bytes, master_row_bytes, cost_model or CostModel())
     b = s.partition_rows or plan.partition_rows
     chunk = int(s.step_rows * stream_row_bytes) if s.step_rows else plan.chunk_bytes

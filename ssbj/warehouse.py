@@ -27,11 +27,6 @@ RUN_ID_COLUMN = "ssbj_run_id"
 REASON_COLUMN = "ssbj_reason"
 
 
-def _short(name: str) -> tuple[str | None, str]:
-    t = TableName.parse(name)
-    return t.schema, t.name
-
-
 def enriched_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
     """Return the table the job loads: output columns, batch id and segment (the sink's own model)."""
     return batch_table(md, TableName.parse(name), schema)
@@ -39,7 +34,8 @@ def enriched_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
 
 def published_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
     """Return the fact table readers use: rows of runs that passed the quality gate."""
-    sch, short = _short(name)
+    tn = TableName.parse(name)
+    sch, short = tn.schema, tn.name
     t = sa.Table(
         short,
         md,
@@ -55,7 +51,8 @@ def published_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
 
 def quarantine_table(md: sa.MetaData, name: str, schema: pa.Schema) -> sa.Table:
     """Return the table of rows of runs that failed the quality gate, with the failed checks."""
-    sch, short = _short(name)
+    tn = TableName.parse(name)
+    sch, short = tn.schema, tn.name
     t = sa.Table(
         short,
         md,
@@ -77,7 +74,8 @@ def dead_letter_table(md: sa.MetaData, name: str) -> sa.Table:
 
 def audit_table(md: sa.MetaData, name: str) -> sa.Table:
     """Return the audit table: one row per run of a job (batch ids, counts, checks, duration, status)."""
-    sch, short = _short(name)
+    tn = TableName.parse(name)
+    sch, short = tn.schema, tn.name
     return sa.Table(
         short,
         md,

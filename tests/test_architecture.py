@@ -58,9 +58,12 @@ def _local_ssbj_imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_function_local_import_works_around_a_cycle() -> None:
+    # ssbj/adapters is a symlink, which rglob does not follow: adapters/ is walked on its own
+    paths = sorted([*(ROOT / "ssbj").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")])
+    assert {"sink_sql.py", "master_sql.py", "kafka_source.py"} <= {p.name for p in paths}
     offenders = [
         f"{path.relative_to(ROOT)}:{line} {module}"
-        for path in sorted((ROOT / "ssbj").rglob("*.py"))
+        for path in paths
         for line, module in _local_ssbj_imports(path)
         if module not in OPTIONAL_EXTRA_SHIMS
     ]

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ssbj.config import Database
-from ssbj.credentials import database_url, dialect_of_conn_type, dispose_engines, engine
+from ssbj.config import Database, DatabaseSink
+from ssbj.credentials import database_url, dialect_of_conn_type, dispose_engines, engine, needs_local_infile
 from ssbj.errors import ConfigError
 
 
@@ -48,3 +48,17 @@ def test_connection_types_map_to_dialects() -> None:
     ]
     with pytest.raises(ConfigError, match="not supported"):
         dialect_of_conn_type("oracle")
+
+
+def test_local_infile_only_for_a_mysql_sink_that_bulk_loads(tmp_path: Path) -> None:
+    mysql = "mysql+pymysql://etl@db1:3306/dwh"
+    loading = DatabaseSink.model_validate({"kind": "database", "url": mysql, "table": "t"})
+    inserting = DatabaseSink.model_validate({"kind": "database", "url": mysql, "table": "t", "bulk": "insert"})
+    lite = DatabaseSink.model_validate({"kind": "database", "url": f"sqlite:///{tmp_path / 'w.db'}", "table": "t"})
+    plain = Database.model_validate({"url": mysql})
+    assert [needs_local_infile(d) for d in (loading, inserting, lite, plain)] == [True, False, False, False]
+    try:
+        # made without connecting; a loading sink's engine is its own, the others share one per URL
+        assert engine(loading) is not engine(plain) and engine(inserting) is engine(plain)
+    finally:
+        dispose_engines()

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ssbj.errors import ConfigError
+from ssbj.errors import ConfigError, DependencyError
 
 __all__ = [
     "SyntheticStream",
@@ -195,7 +195,7 @@ def tpchgen_binary() -> str:
         return str(local)
     found = shutil.which(exe)
     if found is None:
-        raise ConfigError("tpchgen-cli not found; install the bench extra (pip install 'ssbj[bench]')")
+        raise DependencyError("tpchgen-cli not found; install the bench extra (pip install 'ssbj[bench]')")
     return found
 
 
@@ -238,7 +238,7 @@ def tpch(scale: float, out_dir: str | Path) -> tuple[pa.Table, pa.Table]:
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
         if proc.returncode != 0:
-            raise ConfigError(f"tpchgen-cli failed ({proc.returncode}): {proc.stderr.strip()}")
+            raise DependencyError(f"tpchgen-cli failed ({proc.returncode}): {proc.stderr.strip()}")
     orders = _plain_strings(pq.read_table(files["orders"]))
     customer = _plain_strings(pq.read_table(files["customer"]))
     return orders, customer

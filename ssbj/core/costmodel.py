@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ssbj.errors import ConfigError
+from ssbj.errors import ConfigError, InputError
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
     exactly and splits each among its constants in the default ratios.
     """
     if len(samples) < 5:
-        raise ConfigError("calibration needs at least 5 measured steps")
+        raise InputError(f"calibration needs at least 5 measured steps, got {len(samples)}")
     x = np.array([[1.0, s.b, s.w_n, s.w_s, s.n_out] for s, _ in samples])
     y = np.array([t * 1e9 for _, t in samples])
     # relative least squares (each row divided by its measurement): steps of every size

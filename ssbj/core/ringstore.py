@@ -25,6 +25,7 @@ import pyarrow as pa
 from numba import njit
 
 from ssbj.core.hsrows import HSRows
+from ssbj.errors import StateError
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -242,7 +243,7 @@ class RowRing:
         if n == 0:
             return
         if self.hi + n - self.lo > self.cap:
-            raise RuntimeError("RowRing capacity exceeded")  # the operator sizes the ring first
+            raise StateError("RowRing capacity exceeded")  # the operator sizes the ring first
         pos0 = self.hi % self.cap
         first = min(n, self.cap - pos0)
         for c in self._cols:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from ssbj import credentials
 from ssbj.adapters.sql_common import arrow_type_for_sql
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts, TableName
-from ssbj.errors import ConfigError, StateError
+from ssbj.errors import ConfigError, InputError, StateError
 from ssbj.warehouse import REASON_COLUMN, RUN_ID_COLUMN, audit_table, published_table, quarantine_table
 
 
@@ -38,6 +39,23 @@ class RunRange:
         after_start = sa.or_(b > b0, sa.and_(b == b0, s > s0))
         up_to_end = sa.or_(b < b1, sa.and_(b == b1, s <= s1))
         return sa.and_(after_start, up_to_end)
+
+
+# audit table column -> RunCounts field: the one place where the two names meet (the columns
+# keep the names of the published warehouse DDL)
+AUDIT_COUNTS = {
+    "rows_in": "records_in",
+    "rows_enriched": "output_rows",
+    "source_rows_enriched": "matched_source_rows",
+    "unmatched": "unmatched_source_rows",
+    "dead_lettered": "dead_letters",
+    "waiting": "waiting",
+}
+
+
+def audit_counts(row: Mapping[str, Any]) -> RunCounts:
+    """Return the counts of an audit row."""
+    return RunCounts(**{name: int(row[column] or 0) for column, name in AUDIT_COUNTS.items()})
 
 
 def gate_table_names(cfg: JobConfig) -> tuple[str, str, str]:
@@ -85,7 +103,7 @@ class Warehouse:
                 continue
             at = arrow_type_for_sql(c.type, self.engine.dialect.name)
             if at is None:
-                raise ConfigError(f"column {c.name!r} of {self.enriched_name} has an unsupported type {c.type}")
+                raise InputError(f"column {c.name!r} of {self.enriched_name} has an unsupported type {c.type}")
             fields.append(pa.field(c.name, at, nullable=bool(c.nullable)))
         schema = pa.schema(fields)
         md = sa.MetaData()
@@ -112,12 +130,7 @@ class Warehouse:
                     from_segment=start[1],
                     to_batch_id=start[0],
                     to_segment=start[1],
-                    rows_in=0,
-                    rows_enriched=0,
-                    source_rows_enriched=0,
-                    unmatched=0,
-                    dead_lettered=0,
-                    waiting=0,
+                    **dict.fromkeys(AUDIT_COUNTS, 0),
                     status="running",
                     started_at=_now(),
                 )
@@ -129,17 +142,16 @@ class Warehouse:
         a = self.audit
         with self.engine.begin() as conn:
             prev = conn.execute(sa.select(a).where(a.c.job == self.cfg.name, a.c.run_id == run_id)).mappings().one()
+            before = audit_counts(dict(prev))
+            # a retried run adds to its first attempts' sums; waiting is a level, not a sum
+            summed = {c: getattr(before, n) + getattr(counts, n) for c, n in AUDIT_COUNTS.items() if n != "waiting"}
             conn.execute(
                 sa.update(a)
                 .where(a.c.job == self.cfg.name, a.c.run_id == run_id)
                 .values(
                     to_batch_id=end[0],
                     to_segment=end[1],
-                    rows_in=prev["rows_in"] + counts.records_in,
-                    rows_enriched=prev["rows_enriched"] + counts.output_rows,
-                    source_rows_enriched=prev["source_rows_enriched"] + counts.matched_source_rows,
-                    unmatched=prev["unmatched"] + counts.unmatched_source_rows,
-                    dead_lettered=prev["dead_lettered"] + counts.dead_letters,
+                    **summed,
                     waiting=counts.waiting,
                     duration_seconds=(prev["duration_seconds"] or 0.0) + seconds,
                     status="loaded",

@@ -27,7 +27,7 @@ from ssbj.pipeline.quickstart import add_command
 
 
 def add_commands(sub: Any) -> None:
-    """Register ``run`` and ``validate`` on the ``ssbj`` sub-command parser."""
+    """Register the job commands (run, validate, quickstart, sql, check, gate, publish, quarantine)."""
     run = sub.add_parser(
         "run",
         help="run a streaming enrichment job from a YAML config (Spark; also under spark-submit)",

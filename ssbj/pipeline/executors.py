@@ -44,18 +44,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import SecretStr
-from sqlalchemy.engine import Engine
 
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.adapters.sql_common import make_engine
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import DEAD_LETTER_SCHEMA, CheckpointedMasterScan, WarehouseSink, shard_segment
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.keys import key_family
 from ssbj.core.operator import SemiStreamJoin
 from ssbj.core.shards import HashRouter, Router, route_column
+from ssbj.credentials import engine_for_url, needs_local_infile
+from ssbj.errors import StateError
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import Decoded, decoder
 from ssbj.pipeline.shardplan import ShardPlan
@@ -232,31 +232,23 @@ class ShardSink:
         self.inner.close()
 
 
-_ENGINES: dict[str, Engine] = {}
 _RESIDENT: dict[tuple[str, int], EnrichmentProcessor] = {}
-
-
-def _engine(url: SecretStr) -> Engine:
-    raw = url.get_secret_value()
-    eng = _ENGINES.get(raw)
-    if eng is None:
-        eng = _ENGINES[raw] = make_engine(raw)[0]
-    return eng
 
 
 def _sink(cfg: DatabaseSink | ParquetSink, url: SecretStr | None) -> WarehouseSink:
     if isinstance(cfg, ParquetSink):
         return ParquetDirSink(cfg.path)
     if url is None:
-        raise ValueError("a database sink needs its URL")
-    return SqlTableSink(url.get_secret_value(), cfg.table, create=cfg.create, bulk=cfg.bulk)
+        raise StateError("a database sink needs its URL")
+    local_infile = needs_local_infile(cfg, url)
+    return SqlTableSink(engine_for_url(url, local_infile), cfg.table, create=cfg.create, bulk=cfg.bulk)
 
 
 def shard_scan(job: ExecutorJob, shard: int, layout: dict[str, Any] | None, partition_rows: int) -> SqlMasterScan:
     """Shard ``shard``'s share of R, in partitions of ``partition_rows`` rows."""
     m = job.cfg.master
     return SqlMasterScan(
-        _engine(job.master_url),
+        engine_for_url(job.master_url),
         m.table,
         m.key,
         partition_rows,

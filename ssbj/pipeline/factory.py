@@ -14,12 +14,12 @@ from ssbj import planning
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.adapters.sql_common import SqlRunner, split_table_name
+from ssbj.adapters.sql_common import SqlRunner, is_transient, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.credentials import database_url, engine, kafka_bootstrap, kafka_client_options
-from ssbj.errors import ConfigError, InputError, SSBJError
+from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
+from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError, TransientError
 from ssbj.pipeline import shardplan
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
@@ -33,7 +33,7 @@ def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
     if cfg.kind == "parquet":
         return ParquetDirSink(cfg.path)
 
-    return SqlTableSink(database_url(cfg).get_secret_value(), cfg.table, create=cfg.create, bulk=cfg.bulk)
+    return SqlTableSink(engine(cfg), cfg.table, create=cfg.create, bulk=cfg.bulk)
 
 
 class MasterSource:
@@ -136,9 +136,8 @@ def validate_job(cfg: JobConfig) -> list[str]:
                     t = TableName.parse(sink.table)
                     exists = sa.inspect(conn).has_table(t.name, schema=t.schema)
             except sa.exc.SQLAlchemyError as exc:
-                raise ConfigError(f"{name}: cannot connect to {sink.display()}: {type(exc).__name__}") from None
-            finally:
-                eng.dispose()
+                error = TransientError if is_transient(exc) else ServiceError
+                raise error(f"{name}: cannot connect to {sink.display()}: {type(exc).__name__}") from None
             out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
     if cfg.join.placement == "executors":
         out.append(shardplan.describe(cfg))
@@ -158,7 +157,7 @@ def _check_kafka(cfg: JobConfig) -> str:
     try:
         from confluent_kafka.admin import AdminClient
     except ImportError as exc:
-        raise ConfigError("source.kind kafka needs confluent-kafka: pip install 'ssbj[kafka]'") from exc
+        raise DependencyError("source.kind kafka needs confluent-kafka: pip install 'ssbj[kafka]'") from exc
     conf: dict[str, str | int | float | bool] = {"bootstrap.servers": kafka_bootstrap(src)}
     conf.update({k.removeprefix("kafka."): v for k, v in kafka_client_options(src).items()})
     md = AdminClient(conf).list_topics(timeout=10)

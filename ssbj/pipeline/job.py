@@ -17,7 +17,7 @@ from ssbj.config import JobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.credentials import kafka_bootstrap, kafka_client_options
-from ssbj.errors import ConfigError, TerminalError, TransientError
+from ssbj.errors import ConfigError, ServiceError, TerminalError, TransientError
 from ssbj.logs import fields
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
@@ -189,7 +189,7 @@ class EnrichmentJob:
                 self._wait()
                 if self._error is None and self.query.exception() is None:
                     break
-                raise RuntimeError(str(self.query.exception()))
+                raise ServiceError(f"the Spark query failed: {self.query.exception()}")
             except Exception as exc:
                 cause = self._error or exc
                 if not isinstance(cause, TransientError) or restarts >= self.max_restarts:

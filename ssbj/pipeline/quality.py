@@ -26,10 +26,9 @@ import sqlalchemy as sa
 
 from ssbj import credentials
 from ssbj.config import DatabaseSink, JobConfig
-from ssbj.contracts import TableName, reconciles
-from ssbj.credentials import database_url
+from ssbj.contracts import RunCounts, TableName
 from ssbj.errors import ConfigError, StateError
-from ssbj.pipeline.audit import RunRange, Warehouse
+from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
 from ssbj.pipeline.factory import MasterSource
 
 log = logging.getLogger("ssbj.quality")
@@ -64,9 +63,7 @@ class CheckResult:
         return "\n".join(lines)
 
 
-def build_suite(
-    cfg: JobConfig, columns: list[str], master_not_null: list[str], counts: dict[str, Any]
-) -> list[Expectation]:
+def build_suite(cfg: JobConfig, columns: list[str], master_not_null: list[str], counts: RunCounts) -> list[Expectation]:
     """Return the expectations for a run with audit ``counts``, on a table with ``columns``."""
     q = cfg.quality
     out: list[Expectation] = [
@@ -98,12 +95,12 @@ def build_suite(
     out.append(
         Expectation(
             "ExpectTableRowCountToEqual",
-            {"value": int(counts["rows_enriched"])},
+            {"value": counts.output_rows},
             "the warehouse holds every enriched row the run produced, once",
         )
     )
     if q.source_id is not None and cfg.join.type == "inner":
-        n = int(counts["source_rows_enriched"])
+        n = counts.matched_source_rows
         out.append(
             Expectation(
                 "ExpectColumnUniqueValueCountToBeBetween",
@@ -165,16 +162,41 @@ def validate_spark(df: Any, expectations: list[Expectation], name: str = "ssbj")
 
 
 def validate_table(
-    url: str, query: str, expectations: list[Expectation], name: str = "ssbj"
+    engine: sa.Engine, query: str, expectations: list[Expectation], name: str = "ssbj"
 ) -> tuple[list[dict[str, Any]], int]:
-    """Validate the rows of ``query`` in a database; returns (check results, rows failing)."""
+    """Validate the rows of ``query`` through ``engine``; returns (check results, rows failing).
+
+    GX's fluent SQL data source builds engines of its own from a connection string (one for
+    the data source, one for its execution engine), so the batch is built on the caller's
+    engine instead: GX's SQLAlchemy execution engine accepts one, and the query is read as a
+    sub-query (no temporary table, as the fluent query asset does by default).
+    """
     import great_expectations as gx
+    from great_expectations.core.batch import Batch, LegacyBatchDefinition
+    from great_expectations.core.batch_spec import RuntimeQueryBatchSpec
+    from great_expectations.core.id_dict import IDDict
+    from great_expectations.execution_engine.sqlalchemy_execution_engine import SqlAlchemyExecutionEngine
+    from great_expectations.validator.validator import Validator
 
     context = gx.get_context(mode="ephemeral")
-    ds = context.data_sources.add_sql(name=f"{name}-sql", connection_string=url)
-    asset = ds.add_query_asset(name=f"{name}-rows", query=query)
-    batch = asset.add_batch_definition_whole_table(f"{name}-batch").get_batch()
-    return _results(batch.validate(_gx_suite(name, expectations)), expectations)
+    execution = SqlAlchemyExecutionEngine(engine=engine, create_temp_table=False)
+    spec = RuntimeQueryBatchSpec(query=query)
+    data, markers = execution.get_batch_data_and_markers(batch_spec=spec)
+    definition = LegacyBatchDefinition(
+        datasource_name=f"{name}-sql",
+        data_connector_name="query",
+        data_asset_name=f"{name}-rows",
+        batch_identifiers=IDDict({}),
+    )
+    # GX annotates `data` as a BatchData class, but it holds (and its own code passes) an instance
+    batch = Batch(data=data, batch_definition=definition, batch_spec=spec, batch_markers=markers)  # type: ignore[arg-type]
+    validator = Validator(
+        execution_engine=execution,
+        batches=[batch],
+        expectation_suite=_gx_suite(name, expectations),
+        data_context=context,
+    )
+    return _results(validator.validate(), expectations)
 
 
 def _master_not_null(cfg: JobConfig) -> list[str]:
@@ -191,14 +213,14 @@ def check_run(cfg: JobConfig, run_id: str, engine: sa.Engine | None = None) -> C
     rng = RunRange((row["from_batch_id"], row["from_segment"]), (row["to_batch_id"], row["to_segment"]))
     enriched = wh.enriched()
     columns = [c.name for c in enriched.columns]
-    expectations = build_suite(cfg, columns, _master_not_null(cfg), row)
+    expectations = build_suite(cfg, columns, _master_not_null(cfg), audit_counts(row))
     query = str(
         sa.select(enriched)
         .where(rng.predicate(enriched))
         .compile(dialect=wh.engine.dialect, compile_kwargs={"literal_binds": True})
     )  # literals are the run's integer batch ids and segments only
     assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101
-    checks, failing = validate_table(database_url(cfg.sink).get_secret_value(), query, expectations, cfg.name)
+    checks, failing = validate_table(wh.engine, query, expectations, cfg.name)
     checks.append(_reconcile(cfg, wh, row, rng))
     success = all(c["success"] for c in checks)
     result = CheckResult(cfg.name, run_id, success, failing, checks)
@@ -218,24 +240,21 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
         with eng.connect() as conn:
             stmt = sa.select(sa.func.count()).select_from(dl).where(rng.predicate(dl))
             dead_in_table = int(conn.execute(stmt).scalar_one())
-    counted = reconciles(
-        row["rows_in"], row["source_rows_enriched"], row["unmatched"], row["waiting"], row["dead_lettered"]
-    )
-    ok = counted and (dead_in_table is None or dead_in_table == row["dead_lettered"])
-    total = row["source_rows_enriched"] + row["unmatched"] + row["dead_lettered"] + row["waiting"]
+    c = audit_counts(row)
+    ok = c.reconciled and (dead_in_table is None or dead_in_table == c.dead_letters)
     return {
         "expectation": "RowCountReconciliation",
-        "kwargs": {"rows_in": row["rows_in"]},
+        "kwargs": {"rows_in": c.records_in},
         "success": ok,
         "why": "rows in = enriched source rows + unmatched + dead-lettered + waiting, every dead letter stored",
         "observed": {
-            "enriched_source_rows": row["source_rows_enriched"],
-            "unmatched": row["unmatched"],
-            "dead_lettered": row["dead_lettered"],
-            "waiting": row["waiting"],
+            "enriched_source_rows": c.matched_source_rows,
+            "unmatched": c.unmatched_source_rows,
+            "dead_lettered": c.dead_letters,
+            "waiting": c.waiting,
             "dead_letters_in_table": dead_in_table,
         },
-        "unexpected_count": 0 if ok else abs(total - row["rows_in"]),
+        "unexpected_count": 0 if ok else abs(c.unaccounted),
         "partial_unexpected_list": [],
     }
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 
+from ssbj import credentials
 from ssbj.config import Database
-from ssbj.credentials import database_url
 from ssbj.warehouse import demo_master_table
 
 JOB_TEMPLATE = """\
@@ -97,20 +96,17 @@ def _customers(rng: np.random.Generator, n: int) -> list[tuple[int, str, str, fl
     ]
 
 
-def _load_master(url: str, rows: list[tuple[int, str, str, float]]) -> None:
+def _load_master(db: Database, rows: list[tuple[int, str, str, float]]) -> None:
     """Create (or replace) the demo ``customer`` table in a database and load ``rows``."""
-    engine = sa.create_engine(url)
-    try:
-        md = sa.MetaData()
-        t = demo_master_table(md)
-        t.drop(engine, checkfirst=True)
-        t.create(engine)
-        with engine.begin() as conn:
-            conn.execute(
-                sa.insert(t), [{"c_custkey": k, "c_name": n, "c_segment": s, "c_balance": b} for k, n, s, b in rows]
-            )
-    finally:
-        engine.dispose()
+    engine = credentials.engine(db)  # the engine the job's master scan will use too
+    md = sa.MetaData()
+    t = demo_master_table(md)
+    t.drop(engine, checkfirst=True)
+    t.create(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(t), [{"c_custkey": k, "c_name": n, "c_segment": s, "c_balance": b} for k, n, s, b in rows]
+        )
 
 
 def write_demo(
@@ -127,16 +123,10 @@ def write_demo(
     landing.mkdir(exist_ok=True)
     master_db = root / "master.db"
     rows = _customers(rng, customers)
-    if connection_id is not None:
-        _load_master(database_url(Database.model_validate({"connection_id": connection_id})).get_secret_value(), rows)
-    else:
-        with sqlite3.connect(master_db) as db:
-            db.execute("DROP TABLE IF EXISTS customer")
-            db.execute(
-                "CREATE TABLE customer (c_custkey INTEGER PRIMARY KEY, c_name TEXT NOT NULL, "
-                "c_segment TEXT NOT NULL, c_balance REAL NOT NULL)"
-            )
-            db.executemany("INSERT INTO customer VALUES (?, ?, ?, ?)", rows)
+    where = (
+        {"connection_id": connection_id} if connection_id is not None else {"url": f"sqlite:///{master_db.resolve()}"}
+    )
+    _load_master(Database.model_validate(where), rows)  # the table from its one model (ssbj.warehouse)
     # Zipf-skewed customer ids; ids above `customers` have no master row
     ranks = rng.zipf(1.3, size=orders)
     keys = (ranks - 1) % int(customers * 1.05) + 1

@@ -28,6 +28,7 @@ from ssbj.adapters.kafka_source import (
     _fair_shares,
     read_range,
 )
+from ssbj.errors import ConfigError
 from ssbj.testing.kafka import TansuBroker
 
 Batch = list[tuple[int, int, bytes]]
@@ -208,11 +209,11 @@ def test_batch_limit_is_split_fairly_and_new_partitions_start_at_earliest(kafka_
 
 
 def test_options_are_validated_and_secrets_redacted() -> None:
-    with pytest.raises(ValueError, match="bootstrap"):
+    with pytest.raises(ConfigError, match="bootstrap"):
         KafkaSourceOptions.from_options({"subscribe": "t"})
-    with pytest.raises(ValueError, match="one topic"):
+    with pytest.raises(ConfigError, match="one topic"):
         KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "b:1", "subscribe": "a,b"})
-    with pytest.raises(ValueError, match="endOffsets"):
+    with pytest.raises(ConfigError, match="endOffsets"):
         KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "endOffsets": "x"})
     opts = KafkaSourceOptions.from_options(
         {

@@ -23,7 +23,7 @@ from ssbj.core import (
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import DISK_ROW_OVERHEAD, HS_TUPLE_OVERHEAD, QUEUE_RECORD, RESERVE_SHARE
 from ssbj.core.rowsize import row_nbytes
-from ssbj.errors import CheckpointError, ConfigError
+from ssbj.errors import CheckpointError, ConfigError, InputError
 
 
 def _zipf_data(n_master: int, n_stream: int, seed: int = 7) -> tuple[pa.Table, pa.Table]:
@@ -109,7 +109,7 @@ def test_calibration_recovers_the_model_it_was_fed() -> None:
     fitted = CostModel(calibrate(samples))
     for s, t in samples:
         assert fitted.c_loop(s) == pytest.approx(t, rel=1e-6)
-    with pytest.raises(ConfigError):
+    with pytest.raises(InputError, match="got 3"):
         calibrate(samples[:3])
 
 

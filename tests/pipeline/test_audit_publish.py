@@ -12,6 +12,8 @@ import yaml
 
 from ssbj.cli import main
 from ssbj.config import load_config
+from ssbj.contracts import RunCounts
+from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
 from ssbj.pipeline.job import EnrichmentJob
 from ssbj.pipeline.quickstart import write_demo
 
@@ -70,3 +72,23 @@ def test_two_runs_are_audited_and_published_or_quarantined_separately(
     with sqlite3.connect(wh) as conn:
         statuses = dict(conn.execute("SELECT run_id, status FROM ssbj_audit").fetchall())
     assert statuses == {"run-1": "published", "run-2": "quarantined"}
+
+
+def test_a_retried_run_adds_its_counts_and_reads_them_back_typed(tmp_path: Path) -> None:
+    cfg = load_config(write_demo(tmp_path, customers=10, orders=10, files=1))
+    wh = Warehouse(cfg)
+    assert wh.begin_run("r", (-1, 0)) == RunRange((-1, 0), (-1, 0))
+    first = RunCounts(
+        records_in=10, matched_source_rows=6, unmatched_source_rows=2, waiting=1, dead_letters=1, output_rows=8
+    )
+    wh.finish_run("r", (0, 0), first, 1.0)
+    assert wh.begin_run("r", (5, 0)) == RunRange((-1, 0), (0, 0))  # a retried run keeps its first start
+    # the retry reads 4 more records and finishes the tuple that was waiting
+    second = RunCounts(records_in=4, matched_source_rows=4, unmatched_source_rows=1, output_rows=5)
+    wh.finish_run("r", (1, 0), second, 1.0)
+    got = audit_counts(wh.run("r"))
+    assert got == RunCounts(
+        records_in=14, matched_source_rows=10, unmatched_source_rows=3, waiting=0, dead_letters=1, output_rows=13
+    )
+    assert got.reconciled and got.unaccounted == 0
+    assert RunCounts(records_in=5, matched_source_rows=3).unaccounted == 2

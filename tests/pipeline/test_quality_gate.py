@@ -12,6 +12,7 @@ import pytest
 
 from ssbj.cli import main
 from ssbj.config import load_config
+from ssbj.contracts import RunCounts
 from ssbj.pipeline.job import EnrichmentJob
 from ssbj.pipeline.quality import build_suite, result_path
 from ssbj.pipeline.quickstart import write_demo
@@ -23,9 +24,8 @@ def test_suite_is_generated_from_the_config(tmp_path: Path) -> None:
     job = write_demo(tmp_path, customers=10, orders=10, files=1)
     cfg = load_config(job)
     cols = ["order_id", "customer_id", "amount", "placed_at", "c_name", "c_segment", "c_balance"]
-    suite = build_suite(
-        cfg, cols, ["c_name", "c_segment", "c_balance"], {"rows_enriched": 7, "source_rows_enriched": 5}
-    )
+    counts = RunCounts(records_in=9, matched_source_rows=5, unmatched_source_rows=4, output_rows=7)
+    suite = build_suite(cfg, cols, ["c_name", "c_segment", "c_balance"], counts)
     kinds = [(e.kind, e.kwargs.get("column")) for e in suite]
     assert ("ExpectColumnValuesToNotBeNull", "customer_id") in kinds
     assert ("ExpectColumnValuesToNotBeNull", "c_name") in kinds
