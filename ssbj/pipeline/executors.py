@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -91,7 +92,7 @@ class ExecutorJob:
     master_url: SecretStr
     sink_url: SecretStr | None = None
     dead_letter_url: SecretStr | None = None
-    _router: list[Router] = field(default_factory=list, compare=False, repr=False)
+    _memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # per process
 
     @property
     def shards(self) -> int:
@@ -101,9 +102,18 @@ class ExecutorJob:
     @property
     def router(self) -> Router:
         """The plan's router (made once per process)."""
-        if not self._router:
-            self._router.append(self.plan.make_router())
-        return self._router[0]
+        if "router" not in self._memo:
+            self._memo["router"] = self.plan.make_router()
+        router: Router = self._memo["router"]
+        return router
+
+    @property
+    def fingerprint(self) -> str:
+        """What makes a resident operator this job's: the job file's content and the shard plan."""
+        if "fingerprint" not in self._memo:
+            doc = json.dumps([self.cfg.model_dump(mode="json"), self.plan.to_json()], sort_keys=True, default=str)
+            self._memo["fingerprint"] = hashlib.sha256(doc.encode()).hexdigest()
+        return str(self._memo["fingerprint"])
 
     @property
     def root(self) -> Path:
@@ -232,7 +242,7 @@ class ShardSink:
         self.inner.close()
 
 
-_RESIDENT: dict[tuple[str, int], EnrichmentProcessor] = {}
+_RESIDENT: dict[tuple[str, int, str], EnrichmentProcessor] = {}
 
 
 def _sink(cfg: DatabaseSink | ParquetSink, url: SecretStr | None) -> WarehouseSink:
@@ -303,7 +313,7 @@ def stored_position(store: DirectoryStore) -> tuple[int, int]:
 
 def shard_processor(job: ExecutorJob, shard: int) -> tuple[EnrichmentProcessor, bool]:
     """Return the shard's processor at its newest checkpoint, and whether it was resident in this worker."""
-    key = (str(job.root), shard)
+    key = (str(job.root), shard, job.fingerprint)
     proc = _RESIDENT.pop(key, None)
     resident = proc is not None and proc.op is not None and proc.position() == stored_position(proc.store)
     if proc is None:
@@ -345,7 +355,7 @@ def run_shard(job: ExecutorJob, shard: int, batch_id: int, table: pa.Table, drai
     """Shard ``shard``'s part of batch ``batch_id`` (or, with ``drain_after``, its drain): the summary row."""
     t0, started = time.perf_counter(), time.time()
     decoded = _shard_input(job, table)
-    key = (str(job.root), shard)
+    key = (str(job.root), shard, job.fingerprint)
     with shard_lock(job, shard):
         proc, resident = shard_processor(job, shard)
         try:

@@ -9,6 +9,7 @@ nothing.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -47,7 +48,7 @@ def _land(tmp: Path, orders: list[tuple[int, int | None, int]], files: int) -> N
         (tmp / "landing" / f"orders-{f:02d}.csv").write_text("\n".join(lines) + "\n")
 
 
-def _cfg(tmp: Path, key: str, router: str, join_type: str = "inner") -> Any:
+def _cfg(tmp: Path, key: str, router: str, join_type: str = "inner", shards: int = 2) -> Any:
     return parse_config(
         {
             "name": f"exec-{router}",
@@ -60,7 +61,7 @@ def _cfg(tmp: Path, key: str, router: str, join_type: str = "inner") -> Any:
                 "memory": "2MiB",
                 "step_rows": 150,
                 "placement": "executors",
-                "shards": 2,
+                "shards": shards,
                 "shard_router": router,
             },
             "sink": {"kind": "parquet", "path": str(tmp / "out")},
@@ -113,3 +114,18 @@ def test_sharded_join_in_executors_equals_the_batch_join(
     again = EnrichmentJob(cfg, spark=spark).run()  # nothing new: the same rows, no duplicates
     assert _got(tmp_path / "out")[0] == got
     assert again.counts == c
+
+
+def test_a_new_job_at_the_same_paths_never_meets_the_old_jobs_resident_state(spark: Any, tmp_path: Path) -> None:
+    """Python workers keep shard operators between tasks: a job started afresh with another P at the same
+    checkpoint path must not pick them up (found by the benchmark, which reuses paths between variants)."""
+    master = _master(tmp_path / "m.db", 300)
+    orders = _orders(1500)
+    _land(tmp_path, orders, 3)
+    expected = _expected(orders, master, 1, False)
+    for shards in (1, 2, 1):
+        shutil.rmtree(tmp_path / "ck", ignore_errors=True)
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        shutil.rmtree(tmp_path / "dl", ignore_errors=True)
+        EnrichmentJob(_cfg(tmp_path, "k", "mod", shards=shards), spark=spark).run()
+        assert _got(tmp_path / "out")[0] == expected
