@@ -391,6 +391,13 @@ class SqlMasterScan:
         """Arrow schema of the projected columns (configured order, key included)."""
         return self._schema
 
+    def count_rows(self) -> int:
+        """Rows in R (in the shard's share, for a pushed-down shard predicate) now: one ``COUNT``."""
+        q = sa.select(sa.func.count()).select_from(self._sa_table)
+        if self._where is not None:
+            q = q.where(self._where)
+        return int(self._runner.run(lambda conn: conn.execute(q).scalar_one(), "counting master rows"))
+
     @property
     def page_column(self) -> str:
         """The unique column the partitions are ranges of."""

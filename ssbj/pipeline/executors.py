@@ -200,7 +200,7 @@ def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterato
 
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else 0
-    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]  # all of the input: see heartbeats
     if not tables:
         return
     decoded = decoder(job.cfg)(pa.concat_tables(tables))
@@ -209,6 +209,8 @@ def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterato
 
 def heartbeats(job: ExecutorJob, _batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One row per shard, so that every shard runs in every micro-batch (its waiting tuples need steps)."""
+    for _ in _batches:  # drain the input: a Python worker whose input was not read is not reused
+        pass
     schema = job.routed_schema()
     p = job.shards
     cols = [pa.nulls(p, f.type) for f in schema][:-4]
@@ -270,21 +272,24 @@ def shard_scan(job: ExecutorJob, shard: int, layout: dict[str, Any] | None, part
     )
 
 
+def _share_schema(job: ExecutorJob, shard: int) -> pa.Schema:
+    schema = shard_scan(job, shard, None, 1 << 30).schema  # reflection only: no layout, no rows read
+    cols = job.cfg.master.columns
+    return pa.schema([f for f in schema if cols is None or f.name in cols or f.name == job.cfg.master.key])
+
+
 def _share_info(job: ExecutorJob, shard: int) -> tuple[int, pa.Schema]:
     scan = shard_scan(job, shard, None, 1 << 30)
-    n = scan.num_rows  # one COUNT of the share (of all of R for a hash router: no predicate)
+    n = scan.count_rows()  # the share's rows (all of R for a hash router: no predicate)
     if isinstance(job.router, HashRouter):
         n = -(-n // job.shards)
-    schema = scan.schema
-    cols = job.cfg.master.columns
-    keep = [f for f in schema if cols is None or f.name in cols or f.name == job.cfg.master.key]
-    return n, pa.schema(keep)
+    return n, _share_schema(job, shard)
 
 
 def new_processor(job: ExecutorJob, shard: int) -> EnrichmentProcessor:
     """Shard ``shard``'s processor (not opened)."""
     cfg = job.cfg
-    _, schema = _share_info(job, shard)
+    schema = _share_schema(job, shard)
 
     def factory(layout: dict[str, Any] | None, b: int) -> CheckpointedMasterScan:
         return shard_scan(job, shard, layout, b)

@@ -141,7 +141,7 @@ def choose(cfg: JobConfig, shards: int) -> ShardPlan:
         )
     if kind != "range" or shards == 1:
         return ShardPlan(shards, kind)
-    n = scan.num_rows
+    n = scan.count_rows()
     quantiles = SqlMasterScan(
         engine(m), m.table, m.key, max(1, math.ceil(n / shards)), columns=[m.key], page_column=m.key
     ).layout()["bounds"]
