@@ -77,6 +77,9 @@ SUMMARY_SCHEMA = pa.schema(
         pa.field("seconds", pa.float64()),
         pa.field("started", pa.float64()),  # wall clock (epoch seconds): the timeline of the shards' tasks
         pa.field("pid", pa.int64()),
+        pa.field("stage1_read", pa.float64()),
+        pa.field("stage1_decode", pa.float64()),
+        pa.field("stage1_started", pa.float64()),
     ]
 )
 """What a shard's task returns to the driver: one row per shard."""
@@ -163,13 +166,33 @@ def routed(job: ExecutorJob, part: int, decoded: Decoded) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-WIRE_SCHEMA = pa.schema([pa.field(SHARD, pa.int32()), pa.field(LABEL, pa.int32()), pa.field("payload", pa.binary())])
+WIRE_SCHEMA = pa.schema(
+    [
+        pa.field(SHARD, pa.int32()),
+        pa.field(LABEL, pa.int32()),
+        pa.field("payload", pa.binary()),
+        pa.field("read_seconds", pa.float64()),  # stage 1: waiting for the source's records
+        pa.field("decode_seconds", pa.float64()),  # stage 1: decoding, routing, packing
+        pa.field("started", pa.float64()),  # stage 1 task's start (epoch seconds)
+    ]
+)
 """What crosses the shuffle: per (source partition, shard) one row holding that shard's routed rows as one
-Arrow IPC stream, so Spark moves a few binary values instead of converting every row to its own format."""
+Arrow IPC stream, so Spark moves a few binary values instead of converting every row to its own format. A
+source task's timings ride on its first row only, so that summing over shards counts each task once."""
 
 
-def pack(job: ExecutorJob, table: pa.Table) -> pa.RecordBatch:
-    """Return one wire row per shard present in ``table`` (a routed table)."""
+@dataclass
+class Stage1:
+    """What stage 1 reported to one shard's task: its rows and the source tasks' timings."""
+
+    table: pa.Table | None
+    read_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    started: float | None = None
+
+
+def pack(job: ExecutorJob, table: pa.Table, timing: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> pa.RecordBatch:
+    """Return one wire row per shard present in ``table`` (a routed table); ``timing`` = (read, decode, start)."""
     shard_col = table.column(SHARD).to_numpy()
     shards, labels, payloads = [], [], []
     for s in np.unique(shard_col):
@@ -179,19 +202,35 @@ def pack(job: ExecutorJob, table: pa.Table) -> pa.RecordBatch:
         shards.append(int(s))
         labels.append(job.labels[int(s)])
         payloads.append(sink.getvalue().to_pybytes())
+    first = [i == 0 for i in range(len(shards))]
+    read, decode, started = timing
     return pa.RecordBatch.from_arrays(
-        [pa.array(shards, pa.int32()), pa.array(labels, pa.int32()), pa.array(payloads, pa.binary())],
+        [
+            pa.array(shards, pa.int32()),
+            pa.array(labels, pa.int32()),
+            pa.array(payloads, pa.binary()),
+            pa.array([read if f else 0.0 for f in first], pa.float64()),
+            pa.array([decode if f else 0.0 for f in first], pa.float64()),
+            pa.array([started if f and started else None for f in first], pa.float64()),
+        ],
         schema=WIRE_SCHEMA,
     )
 
 
-def unpack(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
-    """Inverse of :func:`pack` over a task's input: every routed row, or None when there is no input."""
+def unpack(batches: Iterator[pa.RecordBatch]) -> Stage1:
+    """Inverse of :func:`pack` over a task's input: every routed row (None without input) and the timings."""
     parts = []
+    out = Stage1(None)
     for b in batches:
-        for blob in b.column(2).to_pylist():
+        for blob in b.column("payload").to_pylist():
             parts.append(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
-    return pa.concat_tables(parts) if parts else None
+        out.read_seconds += float(pc.sum(b.column("read_seconds")).as_py() or 0.0)
+        out.decode_seconds += float(pc.sum(b.column("decode_seconds")).as_py() or 0.0)
+        first = pc.min(b.column("started")).as_py()
+        if first is not None:
+            out.started = first if out.started is None else min(out.started, first)
+    out.table = pa.concat_tables(parts) if parts else None
+    return out
 
 
 def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -200,11 +239,14 @@ def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterato
 
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else 0
+    started, t0 = time.time(), time.perf_counter()
     tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]  # all of the input: see heartbeats
     if not tables:
         return
+    t1 = time.perf_counter()
     decoded = decoder(job.cfg)(pa.concat_tables(tables))
-    yield pack(job, routed(job, part, decoded))
+    table = routed(job, part, decoded)
+    yield pack(job, table, (t1 - t0, time.perf_counter() - t1, started))
 
 
 def heartbeats(job: ExecutorJob, _batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -388,12 +430,18 @@ def run_shards(
     job: ExecutorJob, batch_id: int, drain_after: int | None, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """Stage 2: every shard in this task (one, unless Spark merged partitions), in shard order."""
-    table = unpack(batches)
+    stage1 = unpack(batches)
+    table = stage1.table
     if table is None:
         return
     shard_col = table.column(SHARD)
-    out = []
+    out: list[dict[str, Any]] = []
     for s in np.unique(shard_col.to_numpy()):
         sub = table.filter(pc.equal(shard_col, pa.scalar(int(s), pa.int32())))
-        out.append(run_shard(job, int(s), batch_id, sub, drain_after))
+        row = run_shard(job, int(s), batch_id, sub, drain_after)
+        if not out:  # the task's stage-1 timings go with its first shard
+            row.update(
+                stage1_read=stage1.read_seconds, stage1_decode=stage1.decode_seconds, stage1_started=stage1.started
+            )
+        out.append(row)
     yield pa.RecordBatch.from_pylist(out, schema=SUMMARY_SCHEMA)

@@ -200,6 +200,7 @@ class ShardedRun:
                     "seconds": r["seconds"],
                     "started": r["started"],
                     "pid": r["pid"],
+                    "stage1": (r.get("stage1_read") or 0.0, r.get("stage1_decode") or 0.0, r.get("stage1_started")),
                     "progress": p,
                 }
             )
@@ -238,7 +239,13 @@ class ShardedRun:
             "waiting_tuples": self._waiting,
             "memory": memory,
             "started": started,
-            "seconds": {"wall": wall, "shard_task_max": max(s["seconds"] for s in shards)},
+            "seconds": {
+                "wall": wall,
+                "shard_task_max": max(s["seconds"] for s in shards),
+                "stage1_read": sum(s["stage1"][0] for s in shards),  # summed over the source tasks
+                "stage1_decode": sum(s["stage1"][1] for s in shards),
+            },
+            "stage1_started": min((s["stage1"][2] for s in shards if s["stage1"][2]), default=None),
             "per_shard": [
                 {
                     "shard": s["shard"],

@@ -55,6 +55,9 @@ class ExecutorMethod:
                         end,
                     )
                 tl.add(f"shard {s['shard']} task", end - float(s["task_seconds"]), end)
+            first_task = min((float(s["task_started"]) for s in p["per_shard"]), default=None)
+            if p.get("stage1_started") and first_task is not None:  # source tasks until the shuffle is read
+                tl.add("stage 1 (source read, decode)", float(p["stage1_started"]) - offset, first_task - offset)
             tl.add(
                 "spark (driver wall per batch)", time.perf_counter() - float(p["seconds"]["wall"]), time.perf_counter()
             )
@@ -81,7 +84,14 @@ class ExecutorMethod:
         busy = sum(max((s.get("seconds", {}).get("join", 0.0) for s in p["per_shard"]), default=0.0) for p in progress)
         completed = sum(int(p["completed_tuples"]) for p in progress)
         res.join_service_rate = completed / busy if busy else 0.0
-        phases: dict[str, float] = {"driver_wall_per_batch": sum(float(p["seconds"]["wall"]) for p in progress)}
+        phases: dict[str, float] = {
+            k: sum(float(p["seconds"].get(src, 0.0)) for p in progress)
+            for k, src in (
+                ("driver_wall_per_batch", "wall"),
+                ("stage1_read", "stage1_read"),
+                ("stage1_decode", "stage1_decode"),
+            )
+        }
         for p in progress:
             for s in p["per_shard"]:
                 for k, v in s.get("seconds", {}).items():
