@@ -310,6 +310,11 @@ class EnrichmentProcessor:
             "waiting_tuples": op.waiting_tuples,
             "memory": op.memory().to_dict(),
             "seconds": seconds,
+            # reading R (in the prefetch thread when read ahead) and what the steps waited for it
+            "master_read": {
+                "read_seconds": sum(r.metrics.io_seconds for r in results),
+                "wait_seconds": sum(r.metrics.read_wait_seconds for r in results),
+            },
             "totals": {
                 "records_in": self.totals.records_in,
                 "dead_letters": self.totals.dead_letters,
