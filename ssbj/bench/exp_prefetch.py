@@ -11,7 +11,9 @@ steps' wall time and its ratio to depth 0, the mean read time (in the prefetch t
 read ahead) against the mean time a step waited for its partition, the join time per step
 without the wait (a GIL fight shows as a slower join or a slower background read), and a
 timeline of a window of steps: each step's join interval and each read's interval, with
-the thread it ran in.
+the thread it ran in. Before the runs, :func:`overlap_probe` times k partition reads alone,
+k operator steps alone (R in memory) and both at once, per backend: how much of the two
+can overlap at all in one process (the GIL and the machine's cores decide).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +33,7 @@ import sqlalchemy as sa
 
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.bench.harness import Bench, Json
-from ssbj.core import JoinSpec, SemiStreamJoin
+from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
 from ssbj.core.prefetch import PrefetchingScan
 from ssbj.testing.mariadb import launch
 
@@ -153,6 +156,42 @@ def _run(
     }
 
 
+def overlap_probe(read: Callable[[], Any], step: Callable[[], Any], n: int, reps: int = 3) -> Json:
+    """Time ``n`` reads alone, ``n`` steps alone, then both at once (reads in a thread); median of ``reps``.
+
+    ``speedup`` = (reads alone + steps alone) / both at once: 1.0 means no overlap at all
+    (the GIL, or the CPU, serialises them), ``ideal`` = (reads + steps) / the longer of the two.
+    """
+    rows = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            read()
+        t_read = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        t_step = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        th = threading.Thread(target=lambda: [read() for _ in range(n)], daemon=True)
+        th.start()
+        for _ in range(n):
+            step()
+        th.join()
+        t_both = time.perf_counter() - t0
+        rows.append((t_read, t_step, t_both))
+    rows.sort(key=lambda r: (r[0] + r[1]) / r[2])
+    t_read, t_step, t_both = rows[len(rows) // 2]
+    return {
+        "reads_s": t_read,
+        "steps_s": t_step,
+        "both_s": t_both,
+        "speedup": (t_read + t_step) / t_both,
+        "ideal": (t_read + t_step) / max(t_read, t_step),
+        "rep_speedups": [(a + b) / c for a, b, c in rows],
+    }
+
+
 def _overlap(r: tuple[float, float], spans: list[tuple[float, float]]) -> float:
     return sum(max(0.0, min(r[1], z) - max(r[0], a)) for a, z in spans)
 
@@ -213,6 +252,37 @@ def _backends(bench: Bench, master: pa.Table, work: Path) -> tuple[list[tuple[st
     return out, closers, notes
 
 
+def _probe(bench: Bench, backends: list[tuple[str, ScanFactory]], master: pa.Table, ds: Any) -> Json:
+    """Run :func:`overlap_probe` for each backend's partition read against an operator step (R in memory)."""
+    b = math.ceil(master.num_rows / PARTITIONS)
+    spec = JoinSpec("sk", "mk", ("attr", "mpayload"), chunk_bytes=1 << 20, max_step_tuples=1 << 16)
+    op = SemiStreamJoin(spec, ArrowMaster(master, b), ds.stream_schema, master.schema)
+    stream = ds.rows(200_000)
+
+    def step() -> None:
+        if op.buffered_tuples < (1 << 16):
+            op.push(stream)
+        op.step()
+
+    for _ in range(3 * PARTITIONS):  # past the first R-cycles (compilation, warm-up)
+        step()
+    out: Json = {}
+    for name, make in backends:
+        scan = make(b)
+
+        def read(scan: SqlMasterScan = scan) -> None:
+            scan.read_partition(1)
+
+        read()
+        r = overlap_probe(read, step, PARTITIONS)
+        out[name] = r
+        bench.log(
+            f"  overlap probe {name}: {PARTITIONS} reads {r['reads_s']:.2f}s, {PARTITIONS} steps {r['steps_s']:.2f}s, "
+            f"both at once {r['both_s']:.2f}s: speedup {r['speedup']:.2f}x (ideal {r['ideal']:.2f}x)"
+        )
+    return out
+
+
 def exp_prefetch(bench: Bench) -> Json:
     """Tuples/s with prefetch 1 and 2 over prefetch 0, per backend, with the timeline of a window."""
     p = bench.p
@@ -228,9 +298,10 @@ def exp_prefetch(bench: Bench) -> Json:
         backends, closers, notes = _backends(bench, master, Path(tmp))
         results["notes"] = notes
         try:
+            results["overlap_probe"] = _probe(bench, backends, master, ds)
             for name, make in backends:
                 runs: dict[int, list[Json]] = {d: [] for d in DEPTHS}
-                for rep in range(max(2, p.reps)):
+                for rep in range(max(3, p.reps)):
                     for d in DEPTHS:
                         r = _run(bench, make, d, b, chunk, ds.stream_schema, lambda: ds.batches(p.batch_rows, 1 << 40))
                         runs[d].append(r)
@@ -247,6 +318,10 @@ def exp_prefetch(bench: Bench) -> Json:
                 bench.log(
                     f"  {name}: prefetch 1 / 0 = {med[1]['ratio_to_0']:.2f}x, 2 / 0 = {med[2]['ratio_to_0']:.2f}x"
                 )
+                for d in (0, 1):
+                    bench.log(f"  {name} prefetch {d}: timeline of {WINDOW} measured steps (ms)")
+                    for line in med[d]["timeline"]:
+                        bench.log(f"    {line}")
         finally:
             for close in closers:
                 close()
