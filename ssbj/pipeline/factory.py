@@ -56,7 +56,10 @@ class MasterSource:
             layout=layout,
             reader=m.reader,
         )
-        return PrefetchingScan(scan, m.prefetch) if m.prefetch else scan
+        # an in-memory SQLite database exists once per thread (SingletonThreadPool): no read-ahead thread
+        url = self.engine.url
+        in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+        return PrefetchingScan(scan, m.prefetch) if m.prefetch and not in_memory else scan
 
     def schema(self) -> pa.Schema:
         """Return the schema of the projected columns (reflection only, R is not read)."""

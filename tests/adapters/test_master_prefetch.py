@@ -120,3 +120,15 @@ def test_job_config_prefetch_is_applied_by_the_factory(tmp_path: Path) -> None:
     for bad in (-1, "two", True):
         with pytest.raises(ConfigError, match=r"master\.prefetch"):
             _cfg(tmp_path, prefetch=bad)
+
+
+def test_in_memory_sqlite_master_is_read_without_a_thread(tmp_path: Path) -> None:
+    """``sqlite://`` is one database per thread: a read-ahead thread would see an empty one."""
+    cfg = _cfg(tmp_path)
+    src = MasterSource(cfg.model_copy(update={"master": cfg.master.model_copy(update={"url": "sqlite://"})}))
+    with src.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE m (id INTEGER PRIMARY KEY, k INTEGER, attr INTEGER)")
+        conn.exec_driver_sql("INSERT INTO m VALUES (1, 1, 1), (2, 1, 2)")
+    scan = src.scan(None, 1)
+    assert isinstance(scan, SqlMasterScan)
+    assert [scan.read_partition(p).num_rows for p in range(scan.num_partitions())] == [1, 1]
