@@ -128,6 +128,9 @@ class EnrichmentProcessor:
 
     def _scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
         scan = self._master_factory(layout, partition_rows)
+        close = getattr(self.master, "close", None)  # the scan being replaced (its read-ahead thread)
+        if callable(close):
+            close()
         return scan if self.observer is None else ObservedScan(scan, self.observer)
 
     def _observed(self, result: StepResult) -> StepResult:

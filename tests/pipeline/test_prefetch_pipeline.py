@@ -92,6 +92,7 @@ def test_processor_with_prefetch_writes_what_it_writes_without(tmp_path: Path) -
     on, scans, rec, reports = _run(tmp_path / "on", 1)
     assert as_multiset(on) == as_multiset(off) and on.num_rows > 3000 - 200
     assert len(scans) == 2  # the first, and the one the replay restored with
+    assert scans[0].closed and not scans[1].closed  # the replaced scan was closed by the processor
     assert sum(s.stats.hits for s in scans) > 10
     for r in reports:
         assert set(r["master_read"]) == {"read_seconds", "wait_seconds"}
