@@ -179,6 +179,11 @@ class Master(Database):
         "auto",
         description="auto: connectorx (Arrow, 14.1x faster on MariaDB) when installed and the page column is an int",
     )
+    prefetch: Annotated[int, Field(ge=0, strict=True)] = Field(
+        1,
+        description="master partitions read ahead in a background thread while a step joins (0: off); "
+        "each takes one more disk buffer of the memory budget",
+    )
 
     @field_validator("table")
     @classmethod
@@ -362,6 +367,7 @@ class JobConfig(_Model):
             eviction_interval=j.eviction_interval,
             partition_rows=m.partition_rows,
             step_rows=j.step_rows,
+            prefetch=m.prefetch,
         )
 
 

@@ -3,7 +3,8 @@
 One module per group of experiments: :mod:`ssbj.bench.exp_paper` (the paper's figures),
 :mod:`ssbj.bench.exp_hashjoin` (in-memory hash join, throughput),
 :mod:`ssbj.bench.exp_bound` (Theorem 1's bound against what both algorithms achieve),
-:mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost).
+:mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost),
+:mod:`ssbj.bench.exp_prefetch` (master partitions read ahead from a database: the overlap).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ssbj.bench.exp_paper import (
     exp_fig6a,
     exp_fig6cd,
 )
+from ssbj.bench.exp_prefetch import exp_prefetch
 from ssbj.bench.exp_refresh import exp_refresh
 from ssbj.bench.harness import PRESETS, Bench, Json, Preset, exp_calibration
 from ssbj.errors import ConfigError
@@ -44,6 +46,7 @@ EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "throughput": exp_throughput,
     "bound": exp_bound,
     "refresh": exp_refresh,
+    "prefetch": exp_prefetch,
 }
 
 

@@ -148,6 +148,7 @@ def plan_memory(
     v_p: float = HS_TUPLE_OVERHEAD,
     f: float = 1.0,
     cache_share: float = 0.0,
+    prefetch: int = 0,
 ) -> MemoryPlan:
     """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
 
@@ -157,8 +158,11 @@ def plan_memory(
     of ``v_S + v_P`` bytes, Q one record per chunk, and a reserve is kept for the value
     statistics and per-step temporaries. Eq. 2 gives the cost of the iteration, Eq. 3
     the service rate; ``cache_share`` is the expected share of tuples the cache phase
-    serves (0 for MESHJOIN), so w = w_S / (1 - share).
+    serves (0 for MESHJOIN), so w = w_S / (1 - share). ``prefetch`` partitions read ahead
+    (:mod:`ssbj.core.prefetch`) each take one more disk buffer.
     """
+    if prefetch < 0:
+        raise ConfigError(f"prefetch depth must be >= 0, got {prefetch}")
     if budget <= 0:
         raise ConfigError(f"memory budget must be > 0, got {budget}")
     r_t = max(r_t, 1)
@@ -166,7 +170,8 @@ def plan_memory(
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
     for b in candidates:
         k = math.ceil(r_t / b)
-        left = budget * (1.0 - RESERVE_SHARE) - b * (v_r + DISK_ROW_OVERHEAD) - (k + 2) * QUEUE_RECORD
+        buffers = (1 + prefetch) * b * (v_r + DISK_ROW_OVERHEAD)
+        left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
         if left <= 0:
             continue
         w_s = int(left / ((k + 1) * (v_p + f * v_s)))

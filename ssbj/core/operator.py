@@ -51,6 +51,7 @@ from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
+from ssbj.core.prefetch import prefetched_nbytes, read_seconds
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
 from ssbj.core.stats import ValueStats
@@ -378,6 +379,7 @@ class SemiStreamJoin:
             stream_buffer=self._buffer_bytes,
             entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
             transient=self._transient,
+            prefetch=prefetched_nbytes(self.master),
         )
 
     def _metrics(
@@ -412,7 +414,8 @@ class SemiStreamJoin:
             output_rows=n_out,
             c_loop_measured=c_loop,
             c_loop_predicted=predicted,
-            io_seconds=io_s,
+            io_seconds=read_seconds(self.master, io_s),  # the read itself, maybe done ahead in a thread
+            read_wait_seconds=io_s,  # what this step waited for its partition
             cache_phase_seconds=cache_s,
             disk_phase_seconds=disk_s,
             service_rate=(w_n + w_s + w_null) / c_loop if c_loop > 0 else 0.0,

@@ -18,6 +18,7 @@ from ssbj.adapters.sql_common import SqlRunner, is_transient, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.prefetch import PrefetchingScan
 from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError, TransientError
 from ssbj.pipeline.observe import StepObserver
@@ -45,7 +46,7 @@ class MasterSource:
     def scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
         """Return a scan of R in partitions of ``partition_rows`` rows, with a saved layout or a new one."""
         m = self.cfg
-        return SqlMasterScan(
+        scan = SqlMasterScan(
             self.engine,
             m.table,
             m.key,
@@ -55,10 +56,14 @@ class MasterSource:
             layout=layout,
             reader=m.reader,
         )
+        # an in-memory SQLite database exists once per thread (SingletonThreadPool): no read-ahead thread
+        url = self.engine.url
+        in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+        return PrefetchingScan(scan, m.prefetch) if m.prefetch and not in_memory else scan
 
     def schema(self) -> pa.Schema:
         """Return the schema of the projected columns (reflection only, R is not read)."""
-        return self.scan(None, 1 << 30).schema
+        return self.scan(None, 1 << 30).schema  # no partition is read, so no prefetch thread starts
 
     def info(self) -> tuple[int, pa.Schema]:
         """Return the rows in R now (one COUNT) and the schema of the projected columns."""
