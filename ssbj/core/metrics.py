@@ -72,6 +72,12 @@ class StepMetrics:
     v_s: float
     v_r: float
     memory: MemoryReport
+    path: str = "scan"  # scan | lookup | lookup+scan | idle (hybrid step, docs/hybrid.md)
+    lookup_tuples: int = 0  # H_S tuples finished by the lookup path this step
+    lookup_keys: int = 0
+    lookup_rows: int = 0
+    lookup_seconds: float = 0.0
+    served_lookup_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-ready)."""
