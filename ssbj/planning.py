@@ -82,6 +82,7 @@ class JoinSettings:
     eviction_interval: int = 10
     partition_rows: int | None = None
     step_rows: int | None = None
+    hybrid: Literal["off", "auto", "always"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
 
     @property
     def needs_master_size(self) -> bool:
@@ -108,6 +109,7 @@ def join_spec(settings: JoinSettings, chunk_bytes: int) -> JoinSpec:
         algorithm=s.algorithm,
         switch_factor=s.switch_factor,
         eviction_interval=s.eviction_interval,
+        hybrid=s.hybrid,
         chunk_bytes=max(1, chunk_bytes),
         memory_budget=None if s.step_rows else s.memory_budget,
         max_step_tuples=s.step_rows or MAX_STEP_TUPLES,
