@@ -41,6 +41,7 @@ from ssbj.bench.harness import Bench, Json, _ratio
 from ssbj.core import CostModel, JoinSpec, SemiStreamJoin
 from ssbj.core.costmodel import CostConstants, calibrate_lookup
 from ssbj.core.spec import Algorithm, Hybrid
+from ssbj.testing.mariadb import launch
 
 MODES: tuple[Hybrid, ...] = ("off", "auto", "always")
 
@@ -373,8 +374,6 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ssbj-hybrid-") as tmp:
         res["sqlite"] = run_database(f"sqlite:///{Path(tmp) / 'm.sqlite'}", SIZES[args.scale], args.seed, log)
         if args.mariadb:
-            from ssbj.testing.mariadb import launch
-
             server = launch(Path(tmp) / "mariadb")
             try:
                 res["mariadb"] = run_database(server.url, SIZES[args.scale], args.seed, log)
