@@ -227,6 +227,9 @@ class Join(_Model):
     )
     switch_factor: Annotated[float, Field(gt=0)] = JoinSettings.switch_factor
     eviction_interval: Annotated[int, Field(ge=1)] = JoinSettings.eviction_interval
+    hybrid: Literal["off", "auto", "always"] = Field(
+        JoinSettings.hybrid, description="lookup path of the hybrid step (docs/hybrid.md): off | auto | always"
+    )
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream tuples per step (w); default: derived from the memory budget"
     )
@@ -365,6 +368,7 @@ class JobConfig(_Model):
             memory_budget=j.memory,
             switch_factor=j.switch_factor,
             eviction_interval=j.eviction_interval,
+            hybrid=j.hybrid,
             partition_rows=m.partition_rows,
             step_rows=j.step_rows,
             prefetch=m.prefetch,

@@ -83,6 +83,7 @@ class JoinSettings:
     partition_rows: int | None = None
     step_rows: int | None = None
     prefetch: int = 0  # master partitions read ahead (ssbj.core.prefetch): the planner reserves their buffers
+    hybrid: Literal["off", "auto", "always"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
 
     @property
     def needs_master_size(self) -> bool:
@@ -109,6 +110,7 @@ def join_spec(settings: JoinSettings, chunk_bytes: int) -> JoinSpec:
         algorithm=s.algorithm,
         switch_factor=s.switch_factor,
         eviction_interval=s.eviction_interval,
+        hybrid=s.hybrid,
         chunk_bytes=max(1, chunk_bytes),
         memory_budget=None if s.step_rows else s.memory_budget,
         max_step_tuples=s.step_rows or MAX_STEP_TUPLES,

@@ -75,6 +75,12 @@ class StepMetrics:
     v_r: float
     memory: MemoryReport
     read_wait_seconds: float = 0.0  # what the step waited for its partition (io_seconds without prefetch)
+    path: str = "scan"  # scan | lookup | lookup+scan | idle (hybrid step, docs/hybrid.md)
+    lookup_tuples: int = 0  # H_S tuples finished by the lookup path this step
+    lookup_keys: int = 0
+    lookup_rows: int = 0
+    lookup_seconds: float = 0.0
+    served_lookup_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-ready)."""

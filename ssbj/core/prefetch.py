@@ -80,6 +80,21 @@ class PrefetchingScan:
         self.last_wait = 0.0  # seconds the last read_partition call took (what the step waited)
         self.last_read = 0.0  # seconds the read of the partition it returned took (in whichever thread)
 
+    def __getattr__(self, name: str) -> Any:
+        # MasterLookup passes through exactly when the wrapped scan has it (the hybrid step
+        # checks with isinstance); a lookup waits for a read in flight, one at a time
+        if name == "lookup_batch" and hasattr(self._scan, name):
+            return self._scan.lookup_batch  # type: ignore[attr-defined]
+        if name == "lookup" and hasattr(self._scan, name):
+            inner = self._scan.lookup  # type: ignore[attr-defined]
+
+            def lookup(key: str, values: Any) -> Any:
+                with self._io:
+                    return inner(key, values)
+
+            return lookup
+        raise AttributeError(name)
+
     # ------------------------------------------------------------ MasterScan
     @property
     def inner(self) -> MasterScan:

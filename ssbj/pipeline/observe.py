@@ -40,6 +40,12 @@ class ObservedScan:
         self._scan = scan
         self._observer = observer
 
+    def __getattr__(self, name: str) -> Any:
+        # MasterLookup passes through exactly when the wrapped scan has it (the hybrid step checks)
+        if name in ("lookup", "lookup_batch"):
+            return getattr(self._scan, name)
+        raise AttributeError(name)
+
     @property
     def partition_rows(self) -> int:
         """B."""
