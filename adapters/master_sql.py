@@ -27,9 +27,12 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
@@ -43,6 +46,7 @@ from ssbj.adapters.sql_common import (
     safe_url,
     split_table_name,
 )
+from ssbj.contracts import PARTITION_COLUMN
 from ssbj.core.keys import key_family
 from ssbj.core.shards import ModRouter, RangeRouter, Router, route_column
 from ssbj.errors import CheckpointError, ConfigError, InputError, StateError, TransientError
@@ -51,6 +55,8 @@ from ssbj.retry import RetryPolicy, with_retries
 log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 1
+LOOKUP_BATCH = 500  # keys per IN list of a lookup
+MAX_LOOKUP_PARAMS = 30_000  # bound parameters per statement (SQLite allows 32,766, MariaDB 65,535)
 GROWTH_WARNING_FACTOR = 4  # warn when a partition holds more than this many times b rows
 
 
@@ -129,6 +135,14 @@ class _Layout:
     @property
     def k(self) -> int:
         return len(self.bounds) + 1
+
+
+def _partition_expr(page: sa.Column[Any], bounds: Sequence[object]) -> sa.ColumnElement[Any]:
+    """Partition of a row, computed by the database: the first p with page <= bound[p], else K - 1."""
+    if not bounds:
+        return sa.literal(0, sa.Integer)
+    whens = [(page <= sa.bindparam(None, b, type_=page.type), p) for p, b in enumerate(bounds)]
+    return sa.case(*whens, else_=len(bounds))
 
 
 # ---------------------------------------------------------------- the scan
@@ -519,6 +533,50 @@ class SqlMasterScan:
                 GROWTH_WARNING_FACTOR,
                 self._b,
             )
+
+    # ------------------------------------------------------------ MasterLookup (the hybrid step)
+    lookup_batch: int = LOOKUP_BATCH
+    """Most keys per ``IN`` list (one round trip each); bound parameters, never SQL text."""
+
+    def lookup(self, key: str, values: pa.Array) -> pa.Table:
+        """Return the current rows whose ``key`` is one of ``values``, with their partition.
+
+        Batched ``IN`` lists of bound parameters (SQLAlchemy expanding parameters), at most
+        :attr:`lookup_batch` keys each, every batch retried as a partition read is; NULLs
+        are never sent. A row's partition is computed by the database (``page > bound``
+        comparisons, so its collation decides, as in :meth:`read_partition`), or from the
+        fetched page value when the page column is an integer.
+        """
+        if key not in self._columns:
+            raise self._missing("lookup column", key)
+        lay = self._ensure_layout()
+        keys = pc.unique(pc.drop_null(values)).to_pylist() if len(values) else []
+        if not keys:
+            return self._with_partition(self._schema.empty_table(), [])
+        by_int = _python_type(self._page) is int
+        extra = self._page if by_int else _partition_expr(self._page, lay.bounds)
+        q = sa.select(*self._select.selected_columns, extra.label(PARTITION_COLUMN))
+        col = self._sa_table.c[key]
+        n_cols = len(self._columns)
+        tables: list[pa.Table] = []
+        parts: list[Any] = []
+        size = max(1, min(int(self.lookup_batch), MAX_LOOKUP_PARAMS - len(lay.bounds)))
+        for i in range(0, len(keys), size):
+            batch = keys[i : i + size]
+            stmt = q.where(col.in_(sa.bindparam("keys", batch, expanding=True)))
+            n, columns = self._runner.run(partial(self._fetch_columns, q=stmt), f"looking up {len(batch)} keys")
+            if n:
+                tables.append(self._to_arrow(columns[:n_cols], -1))
+                parts.extend(columns[n_cols])
+        table = pa.concat_tables(tables) if tables else self._schema.empty_table()
+        if by_int:
+            part = np.searchsorted(np.asarray(lay.bounds, dtype=np.int64), np.asarray(parts, dtype=np.int64))
+            return self._with_partition(table, part)
+        return self._with_partition(table, parts)
+
+    @staticmethod
+    def _with_partition(table: pa.Table, part: Sequence[int] | np.ndarray) -> pa.Table:
+        return table.append_column(PARTITION_COLUMN, pa.array(np.asarray(part, dtype=np.int64), pa.int32()))
 
     def repartition(self, partition_rows: int) -> SqlMasterScan:
         """Return the same table and columns in partitions of ``partition_rows``, with a freshly computed layout."""

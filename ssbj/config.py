@@ -179,6 +179,11 @@ class Master(Database):
         "auto",
         description="auto: connectorx (Arrow, 14.1x faster on MariaDB) when installed and the page column is an int",
     )
+    prefetch: Annotated[int, Field(ge=0, strict=True)] = Field(
+        0,  # off: measured 0.97-1.12x (the readers hold the GIL, bench/results/prefetch.md) for a disk buffer
+        description="master partitions read ahead in a background thread while a step joins (0: off); "
+        "each takes one more disk buffer of the memory budget",
+    )
 
     @field_validator("table")
     @classmethod
@@ -222,6 +227,9 @@ class Join(_Model):
     )
     switch_factor: Annotated[float, Field(gt=0)] = JoinSettings.switch_factor
     eviction_interval: Annotated[int, Field(ge=1)] = JoinSettings.eviction_interval
+    hybrid: Literal["off", "auto", "always"] = Field(
+        JoinSettings.hybrid, description="lookup path of the hybrid step (docs/hybrid.md): off | auto | always"
+    )
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream tuples per step (w); default: derived from the memory budget"
     )
@@ -372,8 +380,10 @@ class JobConfig(_Model):
             memory_budget=j.memory,
             switch_factor=j.switch_factor,
             eviction_interval=j.eviction_interval,
+            hybrid=j.hybrid,
             partition_rows=m.partition_rows,
             step_rows=j.step_rows,
+            prefetch=m.prefetch,
         )
 
 

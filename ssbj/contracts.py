@@ -102,6 +102,33 @@ class MasterScan(Protocol):
         ...
 
 
+PARTITION_COLUMN = "__ssbj_partition"
+"""Column a :class:`MasterLookup` adds to each row: the index of the scan partition holding it."""
+
+
+@runtime_checkable
+class MasterLookup(Protocol):
+    """Indexed access to the rows of a master scan by join key (the hybrid step's lookup path).
+
+    Optional: a scan that also implements this lets the operator finish waiting stream
+    tuples by fetching their keys' rows instead of scanning the rest of R.
+    """
+
+    @property
+    def lookup_batch(self) -> int:
+        """Most keys sent per round trip (the cost model counts round trips with it)."""
+        ...
+
+    def lookup(self, key: str, values: pa.Array) -> pa.Table:
+        """Every current row whose ``key`` is one of ``values`` (NULLs are never matched).
+
+        The columns are those of :meth:`MasterScan.read_partition` plus
+        :data:`PARTITION_COLUMN` (int32): the partition ``p`` whose read would return the
+        row, so the operator can skip partitions a stream tuple has already met.
+        """
+        ...
+
+
 @runtime_checkable
 class CheckpointedMasterScan(MasterScan, Protocol):
     """A master scan whose partitioning is part of the job's checkpoint."""
@@ -179,6 +206,7 @@ class OperatorTotals(_ByName):
     busy_seconds: float
     service_rate: float
     cache_share: float
+    served_by_lookup: int = 0  # finished by the hybrid step's lookup path
 
 
 def unaccounted(records_in: int, matched: int, unmatched: int, waiting: int, dead_letters: int) -> int:

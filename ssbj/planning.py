@@ -82,6 +82,8 @@ class JoinSettings:
     eviction_interval: int = 10
     partition_rows: int | None = None
     step_rows: int | None = None
+    prefetch: int = 0  # master partitions read ahead (ssbj.core.prefetch): the planner reserves their buffers
+    hybrid: Literal["off", "auto", "always"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
 
     @property
     def needs_master_size(self) -> bool:
@@ -108,6 +110,7 @@ def join_spec(settings: JoinSettings, chunk_bytes: int) -> JoinSpec:
         algorithm=s.algorithm,
         switch_factor=s.switch_factor,
         eviction_interval=s.eviction_interval,
+        hybrid=s.hybrid,
         chunk_bytes=max(1, chunk_bytes),
         memory_budget=None if s.step_rows else s.memory_budget,
         max_step_tuples=s.step_rows or MAX_STEP_TUPLES,
@@ -132,7 +135,9 @@ def plan_join(
         return JoinPlan(join_spec(s, int(s.step_rows * stream_row_bytes)), s.partition_rows, None)
     if master_rows is None or master_row_bytes is None:
         raise ConfigError("plan_join needs master_rows and master_row_bytes when b or w is left to the budget")
-    plan = plan_memory(s.memory_budget, master_rows, stream_row_bytes, master_row_bytes, cost_model or CostModel())
+    plan = plan_memory(
+        s.memory_budget, master_rows, stream_row_bytes, master_row_bytes, cost_model or CostModel(), prefetch=s.prefetch
+    )
     b = s.partition_rows or plan.partition_rows
     chunk = int(s.step_rows * stream_row_bytes) if s.step_rows else plan.chunk_bytes
     return JoinPlan(join_spec(s, chunk), b, plan)

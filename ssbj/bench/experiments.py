@@ -3,7 +3,9 @@
 One module per group of experiments: :mod:`ssbj.bench.exp_paper` (the paper's figures),
 :mod:`ssbj.bench.exp_hashjoin` (in-memory hash join, throughput),
 :mod:`ssbj.bench.exp_bound` (Theorem 1's bound against what both algorithms achieve),
-:mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost).
+:mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost),
+:mod:`ssbj.bench.exp_prefetch` (master partitions read ahead from a database: the overlap),
+:mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from ssbj.bench.exp_bound import exp_bound
 from ssbj.bench.exp_hashjoin import exp_hashjoin, exp_throughput
+from ssbj.bench.exp_hybrid import exp_hybrid
 from ssbj.bench.exp_paper import (
     exp_fig4a,
     exp_fig5a,
@@ -24,6 +27,7 @@ from ssbj.bench.exp_paper import (
     exp_fig6a,
     exp_fig6cd,
 )
+from ssbj.bench.exp_prefetch import exp_prefetch
 from ssbj.bench.exp_refresh import exp_refresh
 from ssbj.bench.harness import PRESETS, Bench, Json, Preset, exp_calibration
 from ssbj.errors import ConfigError
@@ -44,6 +48,8 @@ EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "throughput": exp_throughput,
     "bound": exp_bound,
     "refresh": exp_refresh,
+    "prefetch": exp_prefetch,
+    "hybrid": exp_hybrid,
 }
 
 

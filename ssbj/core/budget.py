@@ -3,14 +3,16 @@
 With ``memory_budget`` set, at every R-cycle start (and once the first partition has
 been read, so the disk buffer is measured) H_S gets what the other structures leave:
 
-    avail = budget - disk buffer - H_R - s_B reserve - value statistics - Q - temporaries
+    avail = budget - disk buffer - prefetch reserve - H_R - s_B reserve - value statistics - Q - temporaries
 
 and the ring of H_S is re-laid out to hold ``(k + 1)`` chunks of ``w`` tuples (k chunks
 wait, one more enters before the oldest expires), each tuple costing its row bytes,
 its encoded key and link, and a worst-case share of the value index (every tuple a
 value of its own), so the budget holds whatever the key distribution. The s_B reserve is
 the largest switching buffer seen: when s_B moves into H_R at phase-out, that reserve
-covers H_R's growth until the ring shrinks at the next R-cycle.
+covers H_R's growth until the ring shrinks at the next R-cycle. The prefetch reserve is
+``depth`` disk buffers (:mod:`ssbj.core.prefetch`): while the step joins partition p, the
+next ``depth`` partitions may be held read ahead.
 
 Everything else is admitted against the room left: a new empty cache entry, growth of
 the statistics table.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for
 from ssbj.core.hs import INDEX_SLOT, ST_FIELDS
+from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -53,7 +56,17 @@ def fixed_bytes(op: SemiStreamJoin) -> int:
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     sb = max(op._sb_bytes, op._sb_peak)
     queue = (op._k + 2) * QUEUE_RECORD
-    return int(disk + op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + queue + op._transient_peak)
+    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + queue + op._transient_peak
+    return int(disk + prefetch_reserve(op) + held)
+
+
+def prefetch_reserve(op: SemiStreamJoin) -> int:
+    """Bytes kept for the partitions read ahead: ``depth`` disk buffers (or what the queue holds, if more)."""
+    depth = prefetch_depth(op.master)
+    if depth == 0:
+        return 0
+    disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
+    return max(depth * disk, prefetched_nbytes(op.master))
 
 
 def adapt(op: SemiStreamJoin) -> None:

@@ -36,7 +36,7 @@ F_MAX_ROWS = (1 << 31) - 1
 F_MAX_EMPTY = 255
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cache_probe(
     hk: np.ndarray,
     hused: np.ndarray,
@@ -103,7 +103,7 @@ def cache_probe(
     return i - start, hit[: i - start], miss[:nm], nul[:nn], emp[:ne], miss_used
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def expand_hits(hit: np.ndarray, hpay: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
     """Output pairs (stream index, H_R row) of the cache hits."""
     total = 0
@@ -211,7 +211,7 @@ def _add_empties(
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def refresh_pairs(
     hpay: np.ndarray, src: np.ndarray, rf_row: np.ndarray, rf_slot: np.ndarray, p: int
 ) -> tuple[np.ndarray, int]:  # pragma: no cover

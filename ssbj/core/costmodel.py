@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,11 @@ class CostConstants:
     c_a: float = 60.0
     c_e: float = 30.0
     c_o: float = 150.0
+    # the hybrid step's lookup path (docs/hybrid.md): per round trip to the master (also
+    # paid by each partition read), per key looked up, per master row returned
+    c_rt: float = 100_000.0
+    c_key: float = 5_000.0
+    c_row: float = 2_000.0
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
@@ -71,6 +76,17 @@ class CostModel:
             + s.n_out * k.c_o
         )
         return 1e-9 * ns
+
+    def scan_cost(self, b: float) -> float:
+        """Seconds to read one partition of ``b`` rows and probe H_S with it."""
+        k = self.k
+        return 1e-9 * (k.c_rt + b * (k.c_io_row + k.c_h + k.c_b))
+
+    def lookup_cost(self, keys: int, rows: float, batch: int) -> float:
+        """Seconds to fetch the rows of ``keys`` distinct keys, ``batch`` keys per round trip."""
+        k = self.k
+        trips = -(-keys // max(1, batch))
+        return 1e-9 * (trips * k.c_rt + keys * k.c_key + rows * k.c_row)
 
     def service_rate(self, s: StepCost) -> float:
         """Eq. 3: mu = (w_N + w_S) / c_loop."""
@@ -120,6 +136,30 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
     )
 
 
+def calibrate_lookup(
+    lookups: list[tuple[int, int, int, float]],
+    scans: list[tuple[int, float]],
+    base: CostConstants | None = None,
+) -> CostConstants:
+    """Fit c_rt, c_key, c_row and c_io_row to measured lookups and partition reads.
+
+    ``lookups``: (round trips, keys, rows returned, seconds); ``scans``: (rows read,
+    seconds) of whole partition reads. One least-squares fit over both, since a round
+    trip costs the same on either path; the other constants are kept from ``base``
+    (a partition read's per-row time is c_io_row; the probe's c_h + c_b come on top).
+    """
+    if len(lookups) + len(scans) < 4 or not lookups or not scans:
+        raise ConfigError("lookup calibration needs lookups and partition reads, at least 4 in all")
+    d = base or CostConstants()
+    rows = [[t, k, r, 0.0] for t, k, r, _ in lookups] + [[1.0, 0.0, 0.0, b] for b, _ in scans]
+    y = np.array([s * 1e9 for *_, s in lookups] + [s * 1e9 for _, s in scans])
+    x = np.array(rows, dtype=float)
+    wgt = 1.0 / np.maximum(y, 1.0)  # relative: small and large calls count alike
+    coef, *_ = np.linalg.lstsq(x * wgt[:, None], y * wgt, rcond=None)
+    c_rt, c_key, c_row, per_row = (max(float(v), 0.0) for v in coef)
+    return replace(d, c_rt=c_rt, c_key=c_key, c_row=c_row, c_io_row=per_row)
+
+
 # Bytes the operator's structures add to the raw rows (see ssbj.core.hs and ssbj.core.budget):
 HS_TUPLE_OVERHEAD = 8 + 4 + 5 / 0.75  # per waiting tuple: encoded key, link, worst-case index share
 DISK_ROW_OVERHEAD = 9  # per row of the disk buffer: encoded key and validity
@@ -148,6 +188,7 @@ def plan_memory(
     v_p: float = HS_TUPLE_OVERHEAD,
     f: float = 1.0,
     cache_share: float = 0.0,
+    prefetch: int = 0,
 ) -> MemoryPlan:
     """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
 
@@ -157,8 +198,11 @@ def plan_memory(
     of ``v_S + v_P`` bytes, Q one record per chunk, and a reserve is kept for the value
     statistics and per-step temporaries. Eq. 2 gives the cost of the iteration, Eq. 3
     the service rate; ``cache_share`` is the expected share of tuples the cache phase
-    serves (0 for MESHJOIN), so w = w_S / (1 - share).
+    serves (0 for MESHJOIN), so w = w_S / (1 - share). ``prefetch`` partitions read ahead
+    (:mod:`ssbj.core.prefetch`) each take one more disk buffer.
     """
+    if prefetch < 0:
+        raise ConfigError(f"prefetch depth must be >= 0, got {prefetch}")
     if budget <= 0:
         raise ConfigError(f"memory budget must be > 0, got {budget}")
     r_t = max(r_t, 1)
@@ -166,7 +210,8 @@ def plan_memory(
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
     for b in candidates:
         k = math.ceil(r_t / b)
-        left = budget * (1.0 - RESERVE_SHARE) - b * (v_r + DISK_ROW_OVERHEAD) - (k + 2) * QUEUE_RECORD
+        buffers = (1 + prefetch) * b * (v_r + DISK_ROW_OVERHEAD)
+        left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
         if left <= 0:
             continue
         w_s = int(left / ((k + 1) * (v_p + f * v_s)))

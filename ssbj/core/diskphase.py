@@ -46,7 +46,7 @@ def _grow(a: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover
     return b
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def disk_probe(
     mkeys: np.ndarray,
     mvalid: np.ndarray,

@@ -142,7 +142,7 @@ def hs_heads(hix: np.ndarray, hi: int) -> np.ndarray:  # pragma: no cover
     return out[:m]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hs_insert(
     hix: np.ndarray,
     htag: np.ndarray,
@@ -202,7 +202,7 @@ def hs_insert(
     return created
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hs_expire(
     hix: np.ndarray,
     htag: np.ndarray,

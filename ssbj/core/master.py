@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ssbj.contracts import MasterScan
+from ssbj.contracts import PARTITION_COLUMN, MasterScan
 from ssbj.core.arrowtypes import plain_table
 from ssbj.errors import ConfigError
 
@@ -42,6 +44,30 @@ class ArrowMaster:
     def read_partition(self, p: int) -> pa.Table:
         """Slice ``p`` of R."""
         return self._table.slice(p * self._b, self._b)
+
+    @property
+    def lookup_batch(self) -> int:
+        """Keys per lookup call: all of them (an in-memory filter has no round trips)."""
+        return 1 << 30
+
+    def lookup(self, key: str, values: pa.Array) -> pa.Table:
+        """Rows whose ``key`` is one of ``values``, with their partition (row index // b).
+
+        A vectorised filter over the table (O(R_t) per call): the in-memory master has no
+        index, so this exists for exactness tests and the operator's lookup path, not speed.
+        """
+        col = self._table.column(key)
+        values = pc.drop_null(values)
+        if len(values) == 0 or self._table.num_rows == 0:
+            return self._with_partition(self._table.slice(0, 0), np.zeros(0, np.int64))
+        if values.type != col.type:
+            values = values.cast(col.type)
+        hit = pc.is_in(col, value_set=values, skip_nulls=True)
+        idx = np.flatnonzero(np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool))
+        return self._with_partition(self._table.take(idx), idx)
+
+    def _with_partition(self, t: pa.Table, idx: np.ndarray) -> pa.Table:
+        return t.append_column(PARTITION_COLUMN, pa.array((idx // self._b).astype(np.int32), pa.int32()))
 
     def repartition(self, partition_rows: int) -> ArrowMaster:
         """Return the same table with another b."""

@@ -19,6 +19,7 @@ class MemoryReport:
     stream_buffer: int  # input not yet read by the cache phase (outside the budget)
     entries: int  # join values tracked (H_S values, cached values, candidates)
     transient: int = 0  # per-step temporaries (probe results) alive at the end of the step
+    prefetch: int = 0  # partitions of R read ahead, not yet in the disk buffer (ssbj.core.prefetch)
 
     @property
     def total(self) -> int:
@@ -31,6 +32,7 @@ class MemoryReport:
             + self.switching_buffer
             + self.key_table
             + self.transient
+            + self.prefetch
         )
 
     def to_dict(self) -> dict[str, int]:
@@ -57,7 +59,7 @@ class StepMetrics:
     output_rows: int
     c_loop_measured: float
     c_loop_predicted: float
-    io_seconds: float
+    io_seconds: float  # reading the step's partition (in the prefetch thread when it was read ahead)
     cache_phase_seconds: float
     disk_phase_seconds: float
     service_rate: float  # tuples/s of this step: w / c_loop
@@ -72,6 +74,13 @@ class StepMetrics:
     v_s: float
     v_r: float
     memory: MemoryReport
+    read_wait_seconds: float = 0.0  # what the step waited for its partition (io_seconds without prefetch)
+    path: str = "scan"  # scan | lookup | lookup+scan | idle (hybrid step, docs/hybrid.md)
+    lookup_tuples: int = 0  # H_S tuples finished by the lookup path this step
+    lookup_keys: int = 0
+    lookup_rows: int = 0
+    lookup_seconds: float = 0.0
+    served_lookup_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-ready)."""

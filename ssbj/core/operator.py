@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from ssbj.contracts import OperatorTotals
 from ssbj.core import budget as B
 from ssbj.core import cachephase as CP
 from ssbj.core import diskphase as DP
+from ssbj.core import lookupphase as LP
 from ssbj.core import persist
 from ssbj.core import switching as SW
 from ssbj.core.arrowtypes import plain_schema, plain_table
@@ -51,10 +52,11 @@ from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
+from ssbj.core.prefetch import prefetched_nbytes, read_seconds
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
 from ssbj.core.stats import ValueStats
-from ssbj.errors import InputError
+from ssbj.errors import ConfigError, InputError
 
 __all__ = ["Algorithm", "JoinSpec", "SemiStreamJoin", "StepResult", "master_output_names"]
 
@@ -101,6 +103,10 @@ class SemiStreamJoin:
         self._use_cache = spec.algorithm == "ssbj"
         key_width = 8 if self._store_key or key_type.bit_width < 8 else key_type.bit_width // 8
         self._key_overhead = 8 if self._store_key else 8 - key_width
+        if spec.hybrid == "always" and not LP.supports_lookup(master):
+            raise ConfigError("hybrid 'always' needs a master that can look rows up by key (MasterLookup)")
+        # overrides the hybrid step's decision when set (tests: a random decision per step)
+        self.hybrid_policy: Callable[[SemiStreamJoin], bool] | None = None
         self._init_state()
 
     # ------------------------------------------------------------------ state
@@ -108,6 +114,7 @@ class SemiStreamJoin:
         self._step = 0
         self._rc = 0  # R-cycle number
         self._p = 0  # next partition to load
+        self._cycle_open = False  # the R-cycle of partition self._p has begun (the scan may idle at p = 0)
         self._k = self.master.num_partitions()
         self._cycle_start: dict[int, int] = {}
         self.hs = StreamTable(self.stream_schema, self.spec.stream_key, self._family, self._store_key)
@@ -210,20 +217,29 @@ class SemiStreamJoin:
         pairs: list[tuple[pa.Table, pa.Table]] = []
         unmatched: list[pa.Table] = []
         self._transient = 0
-        if self._p == 0:
+        if self._p == 0 and not self._cycle_open:
             self._begin_r_cycle(pairs, unmatched)
+            self._cycle_open = True
         fsm = self.fsm_code
         t1 = time.perf_counter()
         w_n, w_s, w_null = CP.cache_phase(self, pairs, unmatched)
         t2 = time.perf_counter()
         p = self._p
-        part = plain_table(self.master.read_partition(p).select(self._mcols))
+        done = LP.lookup_phase(self, p, pairs, unmatched) if LP.choose_lookup(self) else None
         t3 = time.perf_counter()
-        DP.disk_phase(self, p, part, fsm, pairs)
-        if self.spec.memory_budget is not None and self._rc == 1 and self._step == self._cycle_start[1]:
-            B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
-        DP.expire(self, p, unmatched)
-        self._p = (p + 1) % self._k
+        if LP.can_idle(self):
+            part = self._master_layout.empty_table()
+            path = "idle" if done is None else "lookup"
+        else:
+            part = plain_table(self.master.read_partition(p).select(self._mcols))
+            t3 = time.perf_counter()
+            DP.disk_phase(self, p, part, fsm, pairs)
+            if self.spec.memory_budget is not None and self._rc == 1 and p == 0:
+                B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
+            DP.expire(self, p, unmatched)
+            self._p = (p + 1) % self._k
+            self._cycle_open = self._p != 0
+            path = "scan" if done is None else "lookup+scan"
         enriched = self._assemble(pairs)
         um = pa.concat_tables(unmatched) if unmatched else self.stream_schema.empty_table()
         self._c.unmatched += um.num_rows
@@ -234,6 +250,8 @@ class SemiStreamJoin:
         metrics = self._metrics(
             p, fsm, w_n, w_s, w_null, part.num_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3
         )
+        if self._c.served_lookup or path != "scan":
+            metrics = LP.with_lookup(metrics, path, done, self._c.served_lookup)
         self._c.busy_seconds += time.perf_counter() - t0
         return StepResult(enriched, um, metrics)
 
@@ -378,6 +396,7 @@ class SemiStreamJoin:
             stream_buffer=self._buffer_bytes,
             entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
             transient=self._transient,
+            prefetch=prefetched_nbytes(self.master),
         )
 
     def _metrics(
@@ -395,7 +414,7 @@ class SemiStreamJoin:
         disk_s: float,
     ) -> StepMetrics:
         predicted = self.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out))
-        done = self._c.served_cache + self._c.served_disk + self._c.null_keys
+        done = self._c.served_cache + self._c.served_disk + self._c.served_lookup + self._c.null_keys
         mem = self.memory()
         self._peak = max(self._peak, mem.total)
         return StepMetrics(
@@ -412,7 +431,8 @@ class SemiStreamJoin:
             output_rows=n_out,
             c_loop_measured=c_loop,
             c_loop_predicted=predicted,
-            io_seconds=io_s,
+            io_seconds=read_seconds(self.master, io_s),  # the read itself, maybe done ahead in a thread
+            read_wait_seconds=io_s,  # what this step waited for its partition
             cache_phase_seconds=cache_s,
             disk_phase_seconds=disk_s,
             service_rate=(w_n + w_s + w_null) / c_loop if c_loop > 0 else 0.0,
@@ -446,6 +466,9 @@ class SemiStreamJoin:
             switched_in=c.switched_in,
             evicted=c.evicted,
             busy_seconds=c.busy_seconds,
-            service_rate=(c.served_cache + c.served_disk + c.null_keys) / c.busy_seconds if c.busy_seconds else 0.0,
-            cache_share=c.served_cache / max(1, c.served_cache + c.served_disk + c.null_keys),
+            service_rate=(c.served_cache + c.served_disk + c.served_lookup + c.null_keys) / c.busy_seconds
+            if c.busy_seconds
+            else 0.0,
+            cache_share=c.served_cache / max(1, c.served_cache + c.served_disk + c.served_lookup + c.null_keys),
+            served_by_lookup=c.served_lookup,
         )

@@ -97,6 +97,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "step": op._step,
         "rc": op._rc,
         "p": op._p,
+        "cycle_open": op._cycle_open,
         "k": op._k,
         "cycle_start": {str(k): v for k, v in op._cycle_start.items()},
         "lo": hs.lo,
@@ -144,6 +145,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     if m["spec"] != _spec_of(op):
         raise CheckpointError(f"checkpoint was taken for {m['spec']}, not {_spec_of(op)}")
     op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
+    op._cycle_open = bool(m.get("cycle_open", op._p != 0))  # older checkpoints: the scan never idled
     op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}
     op._chunk_bytes = m["chunk_bytes"]
     op._disk_buffer_bytes, op._disk_buffer_peak = m["disk_buffer_bytes"], m["disk_buffer_peak"]

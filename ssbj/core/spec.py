@@ -13,6 +13,7 @@ from ssbj.core.metrics import StepMetrics
 from ssbj.errors import ConfigError
 
 Algorithm = Literal["ssbj", "meshjoin"]
+Hybrid = Literal["off", "auto", "always"]
 
 
 def master_output_names(stream_names: list[str], master_columns: list[str]) -> list[str]:
@@ -47,6 +48,11 @@ class JoinSpec:
     deletes of master rows reach the cache phase). ``False`` skips that work: cached rows
     then stay as they were switched in until their value is evicted, which is exact only
     while the master data does not change.
+
+    ``hybrid`` (docs/hybrid.md): with a master that can look rows up by key
+    (:class:`ssbj.contracts.MasterLookup`), ``auto`` lets the cost model finish the
+    tuples of H_S by a lookup of their keys instead of scanning on, step by step;
+    ``always`` does so at every step (for tests); ``off`` only scans.
     """
 
     stream_key: str
@@ -61,8 +67,11 @@ class JoinSpec:
     min_chunk_bytes: int = 1
     count_overheads: bool = True
     refresh_cache: bool = True
+    hybrid: Hybrid = "off"
 
     def __post_init__(self) -> None:
+        if self.hybrid not in ("off", "auto", "always"):
+            raise ConfigError(f"hybrid must be 'off', 'auto' or 'always', got {self.hybrid!r}")
         if self.algorithm not in ("ssbj", "meshjoin"):
             raise ConfigError(f"algorithm must be 'ssbj' or 'meshjoin', got {self.algorithm!r}")
         if self.switch_factor <= 0:
@@ -91,6 +100,7 @@ class Counters:
     tuples_in: int = 0
     served_cache: int = 0  # tuples completed by the cache phase (matched or empty entry)
     served_disk: int = 0  # tuples completed by the disk phase (expired or removed from H_S)
+    served_lookup: int = 0  # tuples completed by the lookup path of the hybrid step
     null_keys: int = 0
     matched: int = 0  # source tuples with at least one output row
     unmatched: int = 0

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # mypy: disable-error-code="no-any-return"
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def switch_in_pairs(
     slots: np.ndarray,
     which: np.ndarray,

@@ -57,6 +57,7 @@ from ssbj.core.operator import SemiStreamJoin
 from ssbj.core.shards import HashRouter, Router, route_column
 from ssbj.credentials import engine_for_url, needs_local_infile
 from ssbj.errors import StateError
+from ssbj.pipeline.factory import read_ahead
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import Decoded, decoder
 from ssbj.pipeline.shardplan import ShardPlan
@@ -334,7 +335,7 @@ def new_processor(job: ExecutorJob, shard: int) -> EnrichmentProcessor:
     schema = _share_schema(job, shard)
 
     def factory(layout: dict[str, Any] | None, b: int) -> CheckpointedMasterScan:
-        return shard_scan(job, shard, layout, b)
+        return read_ahead(shard_scan(job, shard, layout, b), cfg.master.prefetch)
 
     whole = cfg.join_settings(schema)  # one shard: a 1/P share of R within 1/P of the budget
     settings = dataclasses.replace(whole, memory_budget=max(1, whole.memory_budget // job.shards))

@@ -18,6 +18,7 @@ from ssbj.adapters.sql_common import SqlRunner, is_transient, split_table_name
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.prefetch import PrefetchingScan
 from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError, TransientError
 from ssbj.pipeline import shardplan
@@ -36,6 +37,14 @@ def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
     return SqlTableSink(engine(cfg), cfg.table, create=cfg.create, bulk=cfg.bulk)
 
 
+def read_ahead(scan: SqlMasterScan, depth: int) -> CheckpointedMasterScan:
+    """``scan`` behind a read-ahead of ``depth`` partitions (``master.prefetch``; 0: as it is)."""
+    # an in-memory SQLite database exists once per thread (SingletonThreadPool): no read-ahead thread
+    url = scan.engine.url
+    in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+    return PrefetchingScan(scan, depth) if depth and not in_memory else scan
+
+
 class MasterSource:
     """The configured master table: opens scans with a given layout and counts its rows."""
 
@@ -46,7 +55,7 @@ class MasterSource:
     def scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
         """Return a scan of R in partitions of ``partition_rows`` rows, with a saved layout or a new one."""
         m = self.cfg
-        return SqlMasterScan(
+        scan = SqlMasterScan(
             self.engine,
             m.table,
             m.key,
@@ -56,10 +65,11 @@ class MasterSource:
             layout=layout,
             reader=m.reader,
         )
+        return read_ahead(scan, m.prefetch)
 
     def schema(self) -> pa.Schema:
         """Return the schema of the projected columns (reflection only, R is not read)."""
-        return self.scan(None, 1 << 30).schema
+        return self.scan(None, 1 << 30).schema  # no partition is read, so no prefetch thread starts
 
     def info(self) -> tuple[int, pa.Schema]:
         """Return the rows in R now (one COUNT) and the schema of the projected columns."""

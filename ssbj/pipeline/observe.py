@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ssbj.contracts import CheckpointedMasterScan
 from ssbj.core.operator import StepResult
+from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
 
 
 class StepObserver(Protocol):
@@ -38,6 +39,12 @@ class ObservedScan:
     def __init__(self, scan: CheckpointedMasterScan, observer: StepObserver) -> None:
         self._scan = scan
         self._observer = observer
+
+    def __getattr__(self, name: str) -> Any:
+        # MasterLookup passes through exactly when the wrapped scan has it (the hybrid step checks)
+        if name in ("lookup", "lookup_batch"):
+            return getattr(self._scan, name)
+        raise AttributeError(name)
 
     @property
     def partition_rows(self) -> int:
@@ -65,6 +72,28 @@ class ObservedScan:
         table = self._scan.read_partition(p)
         self._observer.after_partition_read(p, table.num_rows, time.perf_counter() - t0)
         return table
+
+    # the operator counts (and the budget reserves) partitions read ahead by a wrapped prefetching scan
+    @property
+    def depth(self) -> int:
+        """Partitions the wrapped scan reads ahead."""
+        return prefetch_depth(self._scan)
+
+    def prefetched_nbytes(self) -> int:
+        """Bytes the wrapped scan holds read ahead."""
+        return prefetched_nbytes(self._scan)
+
+    @property
+    def last_read(self) -> float | None:
+        """Seconds the wrapped scan's last read took (None if it does not say)."""
+        v = getattr(self._scan, "last_read", None)
+        return float(v) if isinstance(v, int | float) else None
+
+    def close(self) -> None:
+        """Close the wrapped scan if it can be closed."""
+        close = getattr(self._scan, "close", None)
+        if callable(close):
+            close()
 
     def repartition(self, partition_rows: int) -> ObservedScan:
         """Return the same R with another b, still observed."""

@@ -128,6 +128,9 @@ class EnrichmentProcessor:
 
     def _scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
         scan = self._master_factory(layout, partition_rows)
+        close = getattr(self.master, "close", None)  # the scan being replaced (its read-ahead thread)
+        if callable(close):
+            close()
         return scan if self.observer is None else ObservedScan(scan, self.observer)
 
     def _observed(self, result: StepResult) -> StepResult:
@@ -316,6 +319,11 @@ class EnrichmentProcessor:
             "waiting_tuples": op.waiting_tuples,
             "memory": op.memory().to_dict(),
             "seconds": seconds,
+            # reading R (in the prefetch thread when read ahead) and what the steps waited for it
+            "master_read": {
+                "read_seconds": sum(r.metrics.io_seconds for r in results),
+                "wait_seconds": sum(r.metrics.read_wait_seconds for r in results),
+            },
             "totals": {
                 "records_in": self.totals.records_in,
                 "dead_letters": self.totals.dead_letters,

@@ -3,12 +3,14 @@
 * accounted bytes == the live arrays' sizes, found by walking the operator's objects
   (an independent count: every NumPy array and Arrow buffer reachable from the state);
 * the peak stays <= 1.05x the budget at every step after the first partition, through a
-  drifting hot set (switching and eviction), a checkpoint restore, and small budgets.
+  drifting hot set (switching and eviction), a checkpoint restore, and small budgets;
+* both with the master partitions read ahead (prefetch depth 1 and 2): the queued tables
+  are counted, and measured after the background read has landed (the worst case).
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 import numpy as np
@@ -18,11 +20,21 @@ from reference import as_multiset, batch_join
 
 from ssbj.core import ArrowMaster, CostModel, JoinSpec, SemiStreamJoin, plan_memory
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.prefetch import PrefetchingScan
 from ssbj.core.rowsize import row_nbytes
 
 # not part of the join state: the input buffer (reported, outside the budget), the
-# master scan, configuration and the per-step statistics of the last step
-SKIP = {"_buffer", "master", "spec", "cost_model", "_model", "stream_schema", "master_schema", "output_schema"}
+# master itself (a prefetching scan's queue is walked, the scan under it is not),
+# configuration and the per-step statistics of the last step
+SKIP = {"_buffer", "_scan", "spec", "cost_model", "_model", "stream_schema", "master_schema", "output_schema"}
+
+
+class CopyingMaster(ArrowMaster):
+    """Partitions as fresh buffers, as a database read returns them (an ArrowMaster slice shares R's)."""
+
+    def read_partition(self, p: int) -> pa.Table:
+        part = super().read_partition(p)
+        return pa.table({c: pa.array(part.column(c).to_numpy().copy()) for c in part.column_names})
 
 
 def live_bytes(op: SemiStreamJoin) -> int:
@@ -53,6 +65,8 @@ def live_bytes(op: SemiStreamJoin) -> int:
         if depth > 8 or id(x) in seen_obj:
             return
         seen_obj.add(id(x))
+        if isinstance(x, ArrowMaster):
+            return  # R itself
         if isinstance(x, np.ndarray):
             arr(x)
         elif isinstance(x, pa.Table | pa.RecordBatch):
@@ -60,7 +74,7 @@ def live_bytes(op: SemiStreamJoin) -> int:
                 arrow(c)
         elif isinstance(x, pa.Array | pa.ChunkedArray):
             arrow(x)
-        elif isinstance(x, list | tuple | set):
+        elif isinstance(x, list | tuple | set | deque):
             for y in x:
                 walk(y, depth + 1)
         elif isinstance(x, dict):
@@ -96,10 +110,12 @@ def _drifting(n_master: int, n_stream: int, seed: int = 3) -> tuple[pa.Table, pa
     return stream, master
 
 
-def _op(stream: pa.Table, master: pa.Table, budget: int, algorithm: str = "ssbj") -> tuple[SemiStreamJoin, JoinSpec]:
+def _op(
+    stream: pa.Table, master: pa.Table, budget: int, algorithm: str = "ssbj", prefetch: int = 0
+) -> tuple[SemiStreamJoin, JoinSpec]:
     v_s = float(row_nbytes(stream.slice(0, 1000)).mean())
     v_r = float(row_nbytes(master.select(["mid", "attr"]).slice(0, 1000)).mean())
-    plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel())
+    plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel(), prefetch=prefetch)
     spec = JoinSpec(
         "sk",
         "mk",
@@ -109,28 +125,45 @@ def _op(stream: pa.Table, master: pa.Table, budget: int, algorithm: str = "ssbj"
         chunk_bytes=plan.chunk_bytes,
         eviction_interval=3,
     )
-    return SemiStreamJoin(spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema), spec
+    scan = (
+        PrefetchingScan(CopyingMaster(master, plan.partition_rows), prefetch)
+        if prefetch
+        else ArrowMaster(master, plan.partition_rows)
+    )
+    return SemiStreamJoin(spec, scan, stream.schema, master.schema), spec
 
 
+def _settled(op: SemiStreamJoin) -> SemiStreamJoin:
+    """Wait for the partitions read ahead to land, so they are held when measured."""
+    if isinstance(op.master, PrefetchingScan):
+        op.master.settle()
+    return op
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
 @pytest.mark.parametrize("algorithm", ["ssbj", "meshjoin"])
-def test_accounted_bytes_equal_live_arrays(algorithm: str) -> None:
+def test_accounted_bytes_equal_live_arrays(algorithm: str, prefetch: int) -> None:
     stream, master = _drifting(20_000, 60_000)
-    op, _ = _op(stream, master, 300_000, algorithm)
-    checked = 0
+    op, _ = _op(stream, master, 300_000, algorithm, prefetch)
+    checked = queued = 0
     for r in op.run(stream.to_batches(max_chunksize=4_000)):
-        mem = r.metrics.memory
+        mem = _settled(op).memory() if prefetch else r.metrics.memory
         # the disk buffer and the step's temporaries are gone once the step returns
-        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table
+        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table + mem.prefetch
         live = live_bytes(op)
         assert live == pytest.approx(held, rel=0.01, abs=256), (r.metrics.step, mem.to_dict(), live)
         checked += 1
+        queued += mem.prefetch > 0
     assert checked > 20
+    assert (queued > 20) if prefetch else (queued == 0)
 
 
-@pytest.mark.parametrize("budget", [60_000, 150_000, 400_000])
-def test_peak_within_budget_through_drift_eviction_and_restore(budget: int, tmp_path: Any) -> None:
+@pytest.mark.parametrize(
+    ("budget", "prefetch"), [(60_000, 0), (150_000, 0), (400_000, 0), (60_000, 1), (150_000, 1), (400_000, 2)]
+)
+def test_peak_within_budget_through_drift_eviction_and_restore(budget: int, prefetch: int, tmp_path: Any) -> None:
     stream, master = _drifting(20_000, 120_000)
-    op, spec = _op(stream, master, budget)
+    op, spec = _op(stream, master, budget, prefetch=prefetch)
     batches = stream.to_batches(max_chunksize=4_000)
     out: Counter[Any] = Counter()
     peaks: list[float] = []
@@ -147,9 +180,14 @@ def test_peak_within_budget_through_drift_eviction_and_restore(budget: int, tmp_
             out += as_multiset(r.enriched)
             if r.metrics.step > 0:
                 peaks.append(r.metrics.memory.total / budget)
+                peaks.append(_settled(op).memory().total / budget)
     for r in op.drain():
         out += as_multiset(r.enriched)
         peaks.append(r.metrics.memory.total / budget)
+        peaks.append(_settled(op).memory().total / budget)
+    if prefetch:
+        assert isinstance(op.master, PrefetchingScan) and op.master.stats.hits > 20  # the reads were ahead
+        op.master.close()
     t = op.totals()
     evicted, switched = int(t["evicted"]), int(t["switched_in"])
     assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])

@@ -48,27 +48,29 @@ def _land(tmp: Path, orders: list[tuple[int, int | None, int]], files: int) -> N
         (tmp / "landing" / f"orders-{f:02d}.csv").write_text("\n".join(lines) + "\n")
 
 
-def _cfg(tmp: Path, key: str, router: str, join_type: str = "inner", shards: int = 2) -> Any:
-    return parse_config(
-        {
-            "name": f"exec-{router}",
-            "source": {"kind": "files", "path": str(tmp / "landing"), "format": "csv", "max_files_per_trigger": 2},
-            "schema": {"oid": "int64", "key": "int64", "qty": "int32"},
-            "master": {"url": f"sqlite:///{tmp / 'm.db'}", "table": "m", "key": key, "columns": ["name"]},
-            "join": {
-                "stream_key": "key",
-                "type": join_type,
-                "memory": "2MiB",
-                "step_rows": 150,
-                "placement": "executors",
-                "shards": shards,
-                "shard_router": router,
-            },
-            "sink": {"kind": "parquet", "path": str(tmp / "out")},
-            "dead_letter": {"kind": "parquet", "path": str(tmp / "dl")},
-            "checkpoint": str(tmp / "ck"),
-        }
-    )
+def _cfg(tmp: Path, key: str, router: str, join_type: str = "inner", shards: int = 2, extra: str = "") -> Any:
+    doc = {
+        "name": f"exec-{router}",
+        "source": {"kind": "files", "path": str(tmp / "landing"), "format": "csv", "max_files_per_trigger": 2},
+        "schema": {"oid": "int64", "key": "int64", "qty": "int32"},
+        "master": {"url": f"sqlite:///{tmp / 'm.db'}", "table": "m", "key": key, "columns": ["name"]},
+        "join": {
+            "stream_key": "key",
+            "type": join_type,
+            "memory": "2MiB",
+            "step_rows": 150,
+            "placement": "executors",
+            "shards": shards,
+            "shard_router": router,
+        },
+        "sink": {"kind": "parquet", "path": str(tmp / "out")},
+        "dead_letter": {"kind": "parquet", "path": str(tmp / "dl")},
+        "checkpoint": str(tmp / "ck"),
+    }
+    if extra == "prefetch+lookup":  # the read-ahead thread and the hybrid step's lookup path in every shard
+        doc["master"]["prefetch"] = 1  # type: ignore[index]
+        doc["join"]["hybrid"] = "always"  # type: ignore[index]
+    return parse_config(doc)
 
 
 def _expected(
@@ -93,16 +95,21 @@ def _got(path: Path) -> tuple[Counter[Any], set[int]]:
 
 
 @pytest.mark.parametrize(
-    ("key", "router", "join_type"),
-    [("k", "mod", "inner"), ("id", "range", "left"), ("k", "hash", "left")],
+    ("key", "router", "join_type", "extra"),
+    [
+        ("k", "mod", "inner", ""),
+        ("id", "range", "left", ""),
+        ("k", "hash", "left", ""),
+        ("k", "mod", "left", "prefetch+lookup"),
+    ],
 )
 def test_sharded_join_in_executors_equals_the_batch_join(
-    spark: Any, tmp_path: Path, key: str, router: str, join_type: str
+    spark: Any, tmp_path: Path, key: str, router: str, join_type: str, extra: str
 ) -> None:
     master = _master(tmp_path / "m.db", 500)
     orders = _orders(3000)
     _land(tmp_path, orders, 6)
-    cfg = _cfg(tmp_path, key, router, join_type)
+    cfg = _cfg(tmp_path, key, router, join_type, extra=extra)
     summary = EnrichmentJob(cfg, spark=spark).run()
     got, shards = _got(tmp_path / "out")
     assert got == _expected(orders, master, 0 if key == "id" else 1, join_type == "left")

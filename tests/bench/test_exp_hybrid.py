@@ -1,0 +1,31 @@
+"""The hybrid experiment end to end on a tiny SQLite master: counts, decisions, same output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ssbj.bench.exp_hybrid import Size, markdown, run_database
+from ssbj.bench.experiments import EXPERIMENTS
+
+
+@pytest.mark.slow
+def test_hybrid_experiment_counts_and_output(tmp_path: Path) -> None:
+    res = run_database(f"sqlite:///{tmp_path / 'm.sqlite'}", Size(2_000, 4, (1, 1_000), 1), 0, lambda s: None)
+    assert res["partitions"] == 4 and res["partition_rows"] == 500
+    slow, fast = res["points"][0], res["points"][1]
+    for pt in res["points"]:
+        assert pt["exact_across_modes"]  # off, auto and always produce the same rows
+        off = pt["runs"]["off"]
+        # scan only: one partition of b rows and one round trip per step, whatever arrives
+        assert off["db_rows_per_tuple"] == pytest.approx(500 / pt["tuples_per_step"], rel=0.02)
+        assert off["round_trips_per_tuple"] == pytest.approx(1 / pt["tuples_per_step"])
+        assert pt["runs"]["always"]["paths"].get("scan", 0) == 0
+    # one tuple per step: the lookup reads about two rows (two per key) instead of b
+    assert slow["auto_lookup_share"] > 0.9
+    assert slow["runs"]["always"]["db_rows_per_tuple"] < 3
+    assert "| meshjoin | 1 |" in markdown({"sqlite": res})
+    # about 670 distinct keys among 1,000 arrivals per step: two IN lists of at most 500
+    assert fast["runs"]["always"]["round_trips_per_tuple"] == pytest.approx(2 / 1_000)
+    assert "hybrid" in EXPERIMENTS
