@@ -20,10 +20,9 @@ from ssbj.pipeline.job import EnrichmentJob
 from ssbj.pipeline.observe import FanOut
 from ssbj.pipeline.processor import EnrichmentProcessor
 
-# P > 1 is the executor placement (join.placement: executors, join.shards: P; being built on
-# another branch): its operators run in Spark's Python workers, out of reach of the driver-side
-# seams this module measures through (processor.op, StepObserver), so it gets a module of its own.
-SHARDED = "P > 1 runs the join in the executors: a method module of its own (not in this build)"
+# P > 1 is the executor placement (join.placement: executors): its operators run in Spark's Python
+# workers, out of reach of the driver-side seams this module measures through, so it is :mod:`.m_ssbj_exec`.
+SHARDED = "P > 1 runs the join in the executors: method ssbj_exec"
 
 
 class JobMethod:
