@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
+from ssbj.adapters.shard_sql import shard_predicate
 from ssbj.adapters.sql_common import (
     SqlRunner,
     arrow_type_for_sql,
@@ -46,6 +47,8 @@ from ssbj.adapters.sql_common import (
     split_table_name,
 )
 from ssbj.contracts import PARTITION_COLUMN
+from ssbj.core.keys import key_family
+from ssbj.core.shards import ModRouter, RangeRouter, Router, route_column
 from ssbj.errors import CheckpointError, ConfigError, InputError, StateError, TransientError
 from ssbj.retry import RetryPolicy, with_retries
 
@@ -158,6 +161,7 @@ class SqlMasterScan:
         layout: Mapping[str, Any] | None = None,
         retry: RetryPolicy | None = None,
         reader: str = "driver",
+        shard: tuple[Router, int] | None = None,
     ) -> None:
         """Reflect ``table`` and check the configuration; the layout is computed at first use.
 
@@ -169,12 +173,18 @@ class SqlMasterScan:
         ``table`` may be ``schema.table``; ``columns`` are the projected columns (default:
         all, in table order; ``key`` is added in front if missing); ``page_column`` defaults to
         the single-column primary key; ``layout`` is a :meth:`layout` dict to restore.
+
+        ``shard`` = (router, s) restricts R to shard s's share (docs/sharding.md): a range or
+        modulo router is pushed down as a predicate on ``key`` (layout and partitions are
+        then the share's own); a hash router cannot be, so its partitions are filtered after
+        reading (the layout, and b, are then of the whole table).
         """
         if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
             raise ConfigError(f"partition_rows (b) must be an integer >= 1, got {partition_rows!r}")
         if reader not in ("driver", "connectorx", "auto"):
             raise ConfigError(f"reader must be 'driver', 'connectorx' or 'auto', got {reader!r}")
         self._reader = reader
+        self._shard = shard
         self._engine, self._owns_engine = make_engine(source)
         try:
             self._setup(table, key, partition_rows, columns, page_column, layout, retry)
@@ -207,6 +217,9 @@ class SqlMasterScan:
         self._select = sa.select(
             *[sa.type_coerce(self._sa_table.c[n], t) for n, t in zip(self._columns, self._read_types, strict=True)]
         )
+        self._where, self._post = self._shard_filter()
+        if self._where is not None:
+            self._select = self._select.where(self._where)
         self._layout: _Layout | None = self._restore(layout) if layout is not None else None
         self._warned: dict[int, int] = {}  # partition -> R-cycle in which its growth was logged
         self._cycle = 0
@@ -306,6 +319,10 @@ class SqlMasterScan:
                     f"master layout was made for {field} {layout.get(field)!r}, this scan has {want!r} "
                     "(a different b needs repartition())"
                 )
+        if layout.get("shard") != self.shard_label:
+            raise CheckpointError(
+                f"master layout was made for shard {layout.get('shard')!r}, this scan reads {self.shard_label!r}"
+            )
         bounds = layout.get("bounds")
         num_rows = layout.get("num_rows")
         if not isinstance(bounds, list) or not isinstance(num_rows, int) or num_rows < 0:
@@ -322,10 +339,14 @@ class SqlMasterScan:
     def _compute_layout(self, conn: Connection) -> _Layout:
         page = self._page
         count_all = sa.select(sa.func.count()).select_from(self._sa_table)
+        if self._where is not None:
+            count_all = count_all.where(self._where)
         bounds: list[object] = []
         last: object = None
         while True:
             q = sa.select(page).order_by(page).limit(1).offset(self._b - 1)
+            if self._where is not None:
+                q = q.where(self._where)
             if bounds:
                 q = q.where(page > last)
             v = conn.execute(q).scalar_one_or_none()
@@ -365,6 +386,7 @@ class SqlMasterScan:
             "partition_rows": self._b,
             "num_rows": lay.num_rows,
             "bounds": [encode_value(b) for b in lay.bounds],
+            "shard": self.shard_label,
         }
 
     # ------------------------------------------------------------ MasterScan
@@ -382,6 +404,18 @@ class SqlMasterScan:
     def schema(self) -> pa.Schema:
         """Arrow schema of the projected columns (configured order, key included)."""
         return self._schema
+
+    def count_rows(self) -> int:
+        """Rows in R (in the shard's share, for a pushed-down shard predicate) now: one ``COUNT``."""
+        q = sa.select(sa.func.count()).select_from(self._sa_table)
+        if self._where is not None:
+            q = q.where(self._where)
+        return int(self._runner.run(lambda conn: conn.execute(q).scalar_one(), "counting master rows"))
+
+    @property
+    def page_column(self) -> str:
+        """The unique column the partitions are ranges of."""
+        return str(self._page.name)
 
     @property
     def engine(self) -> Engine:
@@ -407,10 +441,36 @@ class SqlMasterScan:
             table = self._cx.read(q, self._schema, self._retry, p)
             if table is not None:
                 self._note_size(p, table.num_rows, lay.k)
-                return table
+                return self._filtered(table)
         n, columns = self._runner.run(lambda conn: self._fetch_columns(conn, q), f"reading master partition {p}")
         self._note_size(p, n, lay.k)
-        return self._to_arrow(columns, p)
+        return self._filtered(self._to_arrow(columns, p))
+
+    # ------------------------------------------------------------ shard
+    def _shard_filter(self) -> tuple[Any, tuple[Router, int] | None]:
+        """Return (SQL predicate, None) for a range/modulo router, (None, (router, s)) for a hash router."""
+        if self._shard is None:
+            return None, None
+        router, s = self._shard
+        router.check_family(key_family(self._schema.field(self._key).type))
+        if isinstance(router, RangeRouter | ModRouter):
+            return shard_predicate(self._sa_table.c[self._key], router, s), None
+        return None, (router, s)
+
+    @property
+    def shard_label(self) -> str | None:
+        """``"<router> <s>/<P>"`` when the scan reads one shard's share, else None (saved in the layout)."""
+        if self._shard is None:
+            return None
+        router, s = self._shard
+        return f"{type(router).__name__} {s}/{router.shards}"
+
+    def _filtered(self, table: pa.Table) -> pa.Table:
+        if self._post is None or not table.num_rows:
+            return table
+        router, s = self._post
+        family = key_family(self._schema.field(self._key).type)
+        return table.filter(pa.array(route_column(table.column(self._key), family, router) == s))
 
     @property
     def reader(self) -> str:
@@ -529,6 +589,7 @@ class SqlMasterScan:
             page_column=self._page.name,
             retry=self._retry,
             reader=self._reader,
+            shard=self._shard,
         )
         scan._owns_engine = self._owns_engine
         scan._ensure_layout()

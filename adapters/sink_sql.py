@@ -142,7 +142,13 @@ class SqlTableSink:
             return int(deleted)
 
         try:
-            deleted = self._runner.run(work, f"writing batch {batch_id} segment {segment}", transaction=True)
+            # shards replace their own (batch, segment) rows side by side: under InnoDB's REPEATABLE
+            # READ their DELETEs take next-key locks on the shared index and deadlock each other;
+            # READ COMMITTED takes no gap locks, and delete + insert stay one atomic transaction
+            isolation = "READ COMMITTED" if self._mysql else None
+            deleted = self._runner.run(
+                work, f"writing batch {batch_id} segment {segment}", transaction=True, isolation=isolation
+            )
         except TerminalError as e:
             if data is None or self._bulk != "auto" or not _local_infile_refused(e):
                 raise

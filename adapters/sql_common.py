@@ -131,6 +131,7 @@ class SqlRunner:
         *,
         transaction: bool = False,
         terminal: type[TerminalError] = ServiceError,
+        isolation: str | None = None,
     ) -> T:
         """Run ``work(conn)`` (inside one transaction if ``transaction``), retrying transient errors.
 
@@ -141,6 +142,8 @@ class SqlRunner:
 
         def attempt() -> T:
             with self.engine.connect() as conn:
+                if isolation is not None:
+                    conn = conn.execution_options(isolation_level=isolation)
                 if not transaction:
                     return work(conn)
                 with conn.begin():

@@ -6,7 +6,8 @@ Configuration (no secrets here; everything comes from Airflow connections or the
 * connection ``ssbj_warehouse`` (``AIRFLOW_CONN_SSBJ_WAREHOUSE``): the warehouse database the
   set-up DAG creates tables in (job files can name the same connection with ``connection_id``).
 * connection ``ssbj_spark`` (``AIRFLOW_CONN_SSBJ_SPARK``): the Spark master for spark-submit,
-  e.g. ``{"conn_type": "spark", "host": "local[2]"}`` or ``spark://head:7077``.
+  e.g. ``{"conn_type": "spark", "host": "local[2]"}`` or ``spark://head:7077``; a job file with
+  ``join.placement: executors`` then runs its join sharded in that cluster's executors.
 * ``SSBJ_PYTHON``: the Python that has ssbj installed (default: the one running Airflow).
 """
 

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from ssbj.contracts import TableName
+from ssbj.contracts import MAX_SHARDS, TableName
 from ssbj.errors import ConfigError
 from ssbj.planning import JoinSettings
 from ssbj.units import parse_size
@@ -180,7 +180,7 @@ class Master(Database):
         description="auto: connectorx (Arrow, 14.1x faster on MariaDB) when installed and the page column is an int",
     )
     prefetch: Annotated[int, Field(ge=0, strict=True)] = Field(
-        1,
+        0,  # off: measured 0.97-1.12x (the readers hold the GIL, bench/results/prefetch.md) for a disk buffer
         description="master partitions read ahead in a background thread while a step joins (0: off); "
         "each takes one more disk buffer of the memory budget",
     )
@@ -232,6 +232,18 @@ class Join(_Model):
     )
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream tuples per step (w); default: derived from the memory budget"
+    )
+    placement: Literal["driver", "executors"] = Field(
+        "driver",
+        description="where the join runs: one operator on the Spark driver, or P shards in the executors",
+    )
+    shards: Annotated[int, Field(ge=1, le=MAX_SHARDS)] | None = Field(
+        None, description="P, shards in the executors (placement: executors); default: Spark's default parallelism"
+    )
+    shard_router: Literal["auto", "range", "mod", "hash"] = Field(
+        "auto",
+        description="join key -> shard: range (integer key that is the master's page column), mod (integer key), "
+        "hash (any key; every shard then reads all of R); auto picks in that order",
     )
 
 

@@ -21,6 +21,19 @@ from ssbj.errors import ConfigError
 BATCH_ID_COLUMN = "ssbj_batch_id"
 SEGMENT_COLUMN = "ssbj_segment"
 
+# With the join sharded in executors, every shard writes its own rows of a batch: the
+# segment column then holds segment * MAX_SHARDS + shard, so (batch id, segment, shard) is
+# the unit of replacement and one shard's retry never touches another shard's rows.
+MAX_SHARDS = 1024
+
+
+def shard_segment(segment: int, shard: int) -> int:
+    """Return the segment column's value for ``segment`` of ``shard`` (placement: executors)."""
+    if not 0 <= shard < MAX_SHARDS:
+        raise ValueError(f"shard must be in 0..{MAX_SHARDS - 1}, got {shard}")
+    return segment * MAX_SHARDS + shard
+
+
 DEAD_LETTER_SCHEMA = pa.schema(
     [
         pa.field("reason", pa.string()),

@@ -119,11 +119,11 @@ def database_url(db: Database) -> SecretStr:
 _ENGINES: dict[tuple[str, bool], Engine] = {}
 
 
-def needs_local_infile(db: Database) -> bool:
+def needs_local_infile(db: Database, resolved: SecretStr | None = None) -> bool:
     """Whether ``db``'s connections must allow ``LOAD DATA LOCAL INFILE`` (a MySQL sink that bulk-loads)."""
     if not isinstance(db, DatabaseSink) or db.bulk == "insert":
         return False
-    url = make_url(database_url(db).get_secret_value())
+    url = make_url((resolved or database_url(db)).get_secret_value())
     return url.get_backend_name() in ("mysql", "mariadb") and url.get_driver_name() == "pymysql"
 
 
@@ -135,11 +135,15 @@ def engine(db: Database) -> Engine:
     needs ``local_infile`` and another caller of that URL does not: the option lets the
     server ask the client for files, so it is not turned on where nothing loads.
     """
-    url = database_url(db).get_secret_value()
-    key = (url, needs_local_infile(db))
+    return engine_for_url(database_url(db), needs_local_infile(db))
+
+
+def engine_for_url(url: SecretStr, local_infile: bool = False) -> Engine:
+    """Return this process's engine of a resolved URL (executors get URLs the driver resolved)."""
+    key = (url.get_secret_value(), local_infile)
     found = _ENGINES.get(key)
     if found is None:
-        found = _ENGINES[key] = make_engine(url, local_infile=key[1])[0]
+        found = _ENGINES[key] = make_engine(key[0], local_infile=local_infile)[0]
     return found
 
 

@@ -21,6 +21,7 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.prefetch import PrefetchingScan
 from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError, TransientError
+from ssbj.pipeline import shardplan
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.retry import RetryPolicy
@@ -34,6 +35,14 @@ def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
         return ParquetDirSink(cfg.path)
 
     return SqlTableSink(engine(cfg), cfg.table, create=cfg.create, bulk=cfg.bulk)
+
+
+def read_ahead(scan: SqlMasterScan, depth: int) -> CheckpointedMasterScan:
+    """``scan`` behind a read-ahead of ``depth`` partitions (``master.prefetch``; 0: as it is)."""
+    # an in-memory SQLite database exists once per thread (SingletonThreadPool): no read-ahead thread
+    url = scan.engine.url
+    in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+    return PrefetchingScan(scan, depth) if depth and not in_memory else scan
 
 
 class MasterSource:
@@ -56,10 +65,7 @@ class MasterSource:
             layout=layout,
             reader=m.reader,
         )
-        # an in-memory SQLite database exists once per thread (SingletonThreadPool): no read-ahead thread
-        url = self.engine.url
-        in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
-        return PrefetchingScan(scan, m.prefetch) if m.prefetch and not in_memory else scan
+        return read_ahead(scan, m.prefetch)
 
     def schema(self) -> pa.Schema:
         """Return the schema of the projected columns (reflection only, R is not read)."""
@@ -143,6 +149,8 @@ def validate_job(cfg: JobConfig) -> list[str]:
                 error = TransientError if is_transient(exc) else ServiceError
                 raise error(f"{name}: cannot connect to {sink.display()}: {type(exc).__name__}") from None
             out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
+    if cfg.join.placement == "executors":
+        out.append(shardplan.describe(cfg))
     ck = Path(cfg.checkpoint)
     probe = ck if ck.exists() else ck.resolve().parent
     while not probe.exists():

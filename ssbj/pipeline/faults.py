@@ -1,7 +1,10 @@
 """Crash points for the kill-and-restart tests.
 
-``SSBJ_CRASH_AT=<point>:<batch id>`` kills the process with SIGKILL at that point of that
-batch; unset (always, outside those tests) it does nothing.
+``SSBJ_CRASH_AT=<point>:<batch id>[,<point>:<batch id>...]`` kills the process with SIGKILL
+at that point of that batch; unset (always, outside those tests) it does nothing. With
+``SSBJ_CRASH_ONCE=<dir>`` each point fires once in the whole job (a marker file in
+``<dir>``): a Spark task retried after its Python worker was killed then goes through, as
+the driver does after a restart.
 """
 
 from __future__ import annotations
@@ -17,9 +20,22 @@ POINTS = ("after-decode", "after-sink", "in-checkpoint", "after-checkpoint")
 
 def armed(point: str, batch_id: int) -> bool:
     """Whether the process is asked to die at ``point`` of batch ``batch_id``."""
-    spec = os.environ.get("SSBJ_CRASH_AT", "")
-    name, _, bid = spec.partition(":")
-    return name == point and bid.isdigit() and int(bid) == batch_id
+    for spec in os.environ.get("SSBJ_CRASH_AT", "").split(","):
+        name, _, bid = spec.partition(":")
+        if name == point and bid.isdigit() and int(bid) == batch_id:
+            return _first_time(f"{point}-{batch_id}")
+    return False
+
+
+def _first_time(marker: str) -> bool:
+    once = os.environ.get("SSBJ_CRASH_ONCE")
+    if not once:
+        return True
+    try:  # O_EXCL: of two shards reaching the point together, one dies
+        os.close(os.open(os.path.join(once, marker), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def crash_point(point: str, batch_id: int) -> None:

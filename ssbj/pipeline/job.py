@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from ssbj.config import JobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
@@ -24,7 +22,9 @@ from ssbj.logs import fields
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.observe import StepObserver
-from ssbj.pipeline.records import Decoded, decode_files, decode_kafka
+from ssbj.pipeline.processor import EnrichmentProcessor
+from ssbj.pipeline.records import decoder
+from ssbj.pipeline.shardedrun import ShardedRun
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.job")
@@ -94,16 +94,6 @@ def source_frame(spark: Any, cfg: JobConfig) -> Any:
     return reader.load().select("value", "topic", "partition", "offset")
 
 
-def decoder(cfg: JobConfig) -> Callable[[pa.Table], Decoded]:
-    """Return the decoder of raw records of the configured source (typed rows, dead letters)."""
-    schema, key = cfg.stream_schema, cfg.join.stream_key
-    src = cfg.source
-    if src.kind == "files":
-        fmt, delim, header = src.format, src.csv_delimiter, src.csv_header
-        return lambda raw: decode_files(raw, fmt, schema, key, delim, header)
-    return lambda raw: decode_kafka(raw, schema, key)
-
-
 class EnrichmentJob:
     """One configured job: builds the processor, runs the streaming query, drains, restarts on outages."""
 
@@ -126,7 +116,11 @@ class EnrichmentJob:
         # query restarts after an outage outlasted the adapters' own retries
         self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
         self.stop_event = threading.Event()
-        self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint), observer)
+        self.processor: EnrichmentProcessor | ShardedRun
+        if cfg.join.placement == "executors":
+            self.processor = ShardedRun(cfg)  # the join runs in the executors; the driver holds no join state
+        else:
+            self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint), observer)
         self._decode = decoder(cfg)
         self._error: BaseException | None = None
         self._batches = 0
@@ -138,8 +132,11 @@ class EnrichmentJob:
 
     def _foreach_batch(self, df: Any, batch_id: int) -> None:
         try:
-            raw = df.toArrow()
-            progress = self.processor.process(int(batch_id), lambda: self._decode(raw))
+            if isinstance(self.processor, ShardedRun):
+                progress = self.processor.process_frame(df, int(batch_id))
+            else:
+                raw = df.toArrow()
+                progress = self.processor.process(int(batch_id), lambda: self._decode(raw))
             self._batches += 1
             self._last_batch_time = time.monotonic()
             self._publish(progress)
@@ -175,6 +172,8 @@ class EnrichmentJob:
         if self.spark is None:
             self.spark = spark_session(self.cfg)
         Path(self.cfg.checkpoint).mkdir(parents=True, exist_ok=True)
+        if isinstance(self.processor, ShardedRun):
+            self.processor.spark = self.spark
         self.processor.open()
         t_start = time.monotonic()
         warehouse = None
@@ -209,7 +208,7 @@ class EnrichmentJob:
                 self._stop_query()
                 if self.stop_event.wait(delay):
                     break
-                self.processor.op = None  # reload the committed state: the failed batch may have half-run
+                self.processor.reset()  # reload the committed state: the failed batch may have half-run
         drained = False
         if self.cfg.trigger.mode == "available-now" and not self.stop_event.is_set():
             p = self.processor.drain(self._committed)

@@ -181,9 +181,15 @@ class EnrichmentProcessor:
             "partition_rows": self.master.partition_rows,
             "chunk_bytes": self.op.chunk_bytes,
             "totals": asdict(self.totals),
+            "counts": self.counts().to_dict(),  # what a driver sums over shards without restoring them
         }
         self.op.checkpoint(faults.store_for(self.store, batch_id), batch_id, meta)
         self.last_batch, self.segment = batch_id, segment
+
+    def reset(self) -> None:
+        """Forget the in-memory state: the next batch reloads the newest checkpoint (after a failed batch)."""
+        with self.lock:
+            self.op = None
 
     def position(self) -> tuple[int, int]:
         """(batch id, segment) of the newest checkpoint; (-1, 0) before the first batch."""

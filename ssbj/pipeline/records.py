@@ -20,6 +20,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from ssbj.config import JobConfig
 from ssbj.contracts import DEAD_LETTER_SCHEMA
 
 _MAX_PAYLOAD = 64 << 10  # bytes of a bad record kept in its dead letter
@@ -263,3 +264,13 @@ def decode_files(
         out.append(rows)
     rows_all = pa.concat_tables(out) if out else schema.empty_table()
     return Decoded(rows_all, dl.table())
+
+
+def decoder(cfg: JobConfig) -> Callable[[pa.Table], Decoded]:
+    """Return the decoder of raw records of the configured source (typed rows, dead letters)."""
+    schema, key = cfg.stream_schema, cfg.join.stream_key
+    src = cfg.source
+    if src.kind == "files":
+        fmt, delim, header = src.format, src.csv_delimiter, src.csv_header
+        return lambda raw: decode_files(raw, fmt, schema, key, delim, header)
+    return lambda raw: decode_kafka(raw, schema, key)

@@ -110,8 +110,9 @@ def _cfg(tmp: Path, **master: Any) -> Any:
 
 def test_job_config_prefetch_is_applied_by_the_factory(tmp_path: Path) -> None:
     _master_db(tmp_path / "m.db", 100)
-    default = MasterSource(_cfg(tmp_path)).scan(None, 30)
-    assert isinstance(default, PrefetchingScan) and default.depth == 1
+    assert isinstance(MasterSource(_cfg(tmp_path)).scan(None, 30), SqlMasterScan)  # default: off
+    one = MasterSource(_cfg(tmp_path, prefetch=1)).scan(None, 30)
+    assert isinstance(one, PrefetchingScan) and one.depth == 1
     deep = MasterSource(_cfg(tmp_path, prefetch=2)).scan(None, 30)
     assert isinstance(deep, PrefetchingScan) and deep.depth == 2
     off = MasterSource(_cfg(tmp_path, prefetch=0)).scan(None, 30)
@@ -124,7 +125,7 @@ def test_job_config_prefetch_is_applied_by_the_factory(tmp_path: Path) -> None:
 
 def test_in_memory_sqlite_master_is_read_without_a_thread(tmp_path: Path) -> None:
     """``sqlite://`` is one database per thread: a read-ahead thread would see an empty one."""
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, prefetch=1)
     src = MasterSource(cfg.model_copy(update={"master": cfg.master.model_copy(update={"url": "sqlite://"})}))
     with src.engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE m (id INTEGER PRIMARY KEY, k INTEGER, attr INTEGER)")

@@ -7,6 +7,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
 from ssbj.cli import main
 from ssbj.config import load_config
 from ssbj.contracts import RunCounts
@@ -20,8 +23,14 @@ def _count(db: Path, sql: str) -> Any:
         return conn.execute(sql).fetchone()
 
 
-def test_two_runs_are_audited_and_published_or_quarantined_separately(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("placement", ["driver", pytest.param("executors", marks=pytest.mark.slow)])
+def test_two_runs_are_audited_and_published_or_quarantined_separately(
+    spark: Any, tmp_path: Path, placement: str
+) -> None:
     job = write_demo(tmp_path, customers=2_000, orders=12_000, files=4, seed=5)
+    doc = yaml.safe_load(job.read_text())
+    doc["join"].update({"placement": placement, "shards": 2})
+    job.write_text(yaml.safe_dump(doc, sort_keys=False))
     landing = tmp_path / "landing"
     later = tmp_path / "later"
     later.mkdir()

@@ -25,7 +25,8 @@ from ssbj.bench.pipeline.harness import Harness, MethodResult, Unsupported
 from ssbj.bench.pipeline.measure import DbCounters
 from ssbj.bench.pipeline.spec import NEW_SEGMENT, Json
 from ssbj.config import arrow_type, parse_config
-from ssbj.pipeline.job import decoder, source_frame
+from ssbj.pipeline.job import source_frame
+from ssbj.pipeline.records import decoder
 
 _MISS = object()
 Rows = tuple[tuple[Any, ...], ...]  # the master rows of one key (empty: no master row)

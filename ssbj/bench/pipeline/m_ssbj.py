@@ -18,11 +18,11 @@ from ssbj.bench.pipeline.spec import Json
 from ssbj.config import parse_config
 from ssbj.pipeline.job import EnrichmentJob
 from ssbj.pipeline.observe import FanOut
+from ssbj.pipeline.processor import EnrichmentProcessor
 
-# P > 1 is the executor placement (join.placement: executors, join.shards: P; being built on
-# another branch): its operators run in Spark's Python workers, out of reach of the driver-side
-# seams this module measures through (processor.op, StepObserver), so it gets a module of its own.
-SHARDED = "P > 1 runs the join in the executors: a method module of its own (not in this build)"
+# P > 1 is the executor placement (join.placement: executors): its operators run in Spark's Python
+# workers, out of reach of the driver-side seams this module measures through, so it is :mod:`.m_ssbj_exec`.
+SHARDED = "P > 1 runs the join in the executors: method ssbj_exec"
 
 
 class JobMethod:
@@ -73,6 +73,8 @@ class JobMethod:
             tl.stop()
             t2 = time.perf_counter()
         after = counters.snapshot()
+        if not isinstance(job.processor, EnrichmentProcessor):
+            raise Unsupported("the executor placement has its own method module")
         op = job.processor.op
         if op is None:
             raise RuntimeError("the job ran no operator")

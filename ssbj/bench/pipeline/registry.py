@@ -8,6 +8,7 @@ from ssbj.bench.pipeline.harness import Method
 
 MODULES = {
     "ssbj": "m_ssbj",
+    "ssbj_exec": "m_ssbj_exec",
     "meshjoin": "m_meshjoin",
     "lookup_lru": "m_lookup_lru",
     "lookup_lru_in": "m_lookup_lru_in",
