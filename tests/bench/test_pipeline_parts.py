@@ -22,6 +22,7 @@ from ssbj.bench.pipeline import cli, registry
 from ssbj.bench.pipeline.data import generate
 from ssbj.bench.pipeline.lookup import LruTtlCache
 from ssbj.bench.pipeline.report import write_readme
+from ssbj.bench.pipeline.scaling import Model, Run, report
 from ssbj.bench.pipeline.spec import CASES, SCALES, Scale
 from ssbj.bench.pipeline.timeline import Timeline, intersect, merge, render, subtract, total
 from ssbj.cli import main
@@ -227,3 +228,14 @@ def test_ssbj_bench_pipeline_is_the_same_command(tmp_path: Path) -> None:
     assert (tmp_path / "README.md").read_text().startswith("# End-to-end pipeline benchmark")
     args = cli.parse_args(["--scale", "item5", "--case", "b", "--shards", "1", "2", "--out", "x"])
     assert cli.command(args) == "python -m ssbj.bench.pipeline --scale item5 --case b --shards 1 2 --out x"
+
+
+def test_scaling_model_reproduces_its_p1_run_and_splits_shard_work() -> None:
+    p1 = Run(1, 1_000_000, 20.0, 18.0, 6.0, 8.0, 4.9)
+    p2 = Run(2, 1_000_000, 17.0, 15.0, 6.0, 10.0, 7.0)
+    m = Model.fit(p1, p2, cores=2, sources=2)
+    assert (m.a, m.b) == (6.0, 2.0)  # shard work a + b*P: 8 at P = 1, 10 at P = 2
+    assert abs(m.wall(1) - p1.wall) < 1e-9  # the fit reproduces the run it was taken from
+    assert m.wall(2) == m.other + m.spark + 6.0 / 2 + (6.0 + 4.0) / 2
+    assert m.wall(4, 4, 4) < m.wall(2, 2, 2) < m.wall(1, 1, 1)
+    assert "| 32 |" in report(p1, p2, 2, 2)
