@@ -212,7 +212,7 @@ def test_options_variants() -> None:
 
 
 def test_report_rewrites_the_committed_results(tmp_path: Path) -> None:
-    doc = json.loads((ROOT / "bench" / "pipeline" / "results.json").read_text())
+    doc = json.loads((ROOT / "bench" / "pipeline" / "mem-24MiB-p1" / "results.json").read_text())
     out = tmp_path / "README.md"
     write_readme(doc, out)
     text = out.read_text()
@@ -223,7 +223,7 @@ def test_report_rewrites_the_committed_results(tmp_path: Path) -> None:
 
 
 def test_ssbj_bench_pipeline_is_the_same_command(tmp_path: Path) -> None:
-    (tmp_path / "results.json").write_text((ROOT / "bench" / "pipeline" / "results.json").read_text())
+    (tmp_path / "results.json").write_text((ROOT / "bench" / "pipeline" / "mem-24MiB-p1" / "results.json").read_text())
     assert main(["bench", "pipeline", "--report-only", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "README.md").read_text().startswith("# End-to-end pipeline benchmark")
     args = cli.parse_args(["--scale", "item5", "--case", "b", "--shards", "1", "2", "--out", "x"])
