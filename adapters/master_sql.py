@@ -44,9 +44,8 @@ from ssbj.adapters.sql_common import (
     make_engine,
     read_type_for,
     safe_url,
-    split_table_name,
 )
-from ssbj.contracts import PARTITION_COLUMN
+from ssbj.contracts import PARTITION_COLUMN, TableName
 from ssbj.core.keys import key_family
 from ssbj.core.shards import ModRouter, RangeRouter, Router, route_column
 from ssbj.errors import CheckpointError, ConfigError, InputError, StateError, TransientError
@@ -203,7 +202,8 @@ class SqlMasterScan:
         retry: RetryPolicy | None,
     ) -> None:
         self._table_name = table
-        self._schema_name, self._short_name = split_table_name(table)
+        name = TableName.parse(table)
+        self._schema_name, self._short_name = name.schema, name.name
         self._b = partition_rows
         self._retry = retry if retry is not None else RetryPolicy()
         self._runner = SqlRunner(self._engine, self._retry, f"master table {table}", log)

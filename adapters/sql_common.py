@@ -11,7 +11,6 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
-from ssbj.contracts import TableName
 from ssbj.errors import ConfigError, DependencyError, ServiceError, TerminalError
 from ssbj.retry import RetryPolicy, with_retries
 
@@ -69,12 +68,6 @@ def make_engine(source: Engine | URL | str, *, local_infile: bool = False) -> tu
 def safe_url(engine: Engine) -> str:
     """Return the engine's URL with the password hidden, for logs and messages."""
     return engine.url.render_as_string(hide_password=True)
-
-
-def split_table_name(name: str) -> tuple[str | None, str]:
-    """``"schema.table"`` -> ``("schema", "table")``; ``"table"`` -> ``(None, "table")`` (:class:`TableName`)."""
-    t = TableName.parse(name)
-    return t.schema, t.name
 
 
 def is_transient(exc: BaseException) -> bool:

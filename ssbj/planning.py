@@ -16,14 +16,13 @@ import pyarrow as pa
 from ssbj.core.costmodel import CostModel, MemoryPlan, plan_memory
 from ssbj.core.keys import check_compatible, key_family
 from ssbj.core.rowsize import row_nbytes
-from ssbj.core.spec import JoinSpec
+from ssbj.core.spec import MAX_STEP_TUPLES, JoinSpec
 from ssbj.errors import ConfigError, InputError
 from ssbj.units import parse_size
 
 DEFAULT_MEMORY = "256MiB"
 """The operator's memory budget when none is given (job files, ``ssbj join``, :func:`ssbj.enrich`)."""
 
-MAX_STEP_TUPLES = 1 << 20  # most stream tuples one step reads when w comes from the budget
 _SAMPLE_ROWS = 65_536  # rows measured to estimate a row's bytes
 _VAR_WIDTH_GUESS = 24  # bytes per variable-width value before any row is measured
 

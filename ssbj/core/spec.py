@@ -12,6 +12,8 @@ from ssbj.core.keys import EncodedKeys
 from ssbj.core.metrics import StepMetrics
 from ssbj.errors import ConfigError
 
+MAX_STEP_TUPLES = 1 << 20  # most stream tuples one step reads when w comes from the budget
+
 Algorithm = Literal["ssbj", "meshjoin"]
 Hybrid = Literal["off", "auto", "always"]
 
@@ -62,7 +64,7 @@ class JoinSpec:
     switch_factor: float = 1.0
     eviction_interval: int = 10
     chunk_bytes: int = 1 << 20
-    max_step_tuples: int = 1 << 20
+    max_step_tuples: int = MAX_STEP_TUPLES
     memory_budget: int | None = None
     min_chunk_bytes: int = 1
     count_overheads: bool = True

@@ -14,17 +14,16 @@ from ssbj import planning
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.adapters.sql_common import SqlRunner, is_transient, split_table_name
+from ssbj.adapters.sql_common import is_transient
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.prefetch import PrefetchingScan
 from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
-from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError, TransientError
+from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError, StateError, TransientError
 from ssbj.pipeline import shardplan
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
-from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.master")
 
@@ -35,6 +34,14 @@ def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
         return ParquetDirSink(cfg.path)
 
     return SqlTableSink(engine(cfg), cfg.table, create=cfg.create, bulk=cfg.bulk)
+
+
+def scan_rows(scan: CheckpointedMasterScan) -> int:
+    """Rows in R now: one ``COUNT`` (through a read-ahead wrapper too)."""
+    inner = scan.inner if isinstance(scan, PrefetchingScan) else scan
+    if not isinstance(inner, SqlMasterScan):
+        raise StateError(f"cannot count the rows of {type(inner).__name__}")
+    return inner.count_rows()
 
 
 def read_ahead(scan: SqlMasterScan, depth: int) -> CheckpointedMasterScan:
@@ -73,12 +80,8 @@ class MasterSource:
 
     def info(self) -> tuple[int, pa.Schema]:
         """Return the rows in R now (one COUNT) and the schema of the projected columns."""
-        schema = self.schema()
-        schema_name, name = split_table_name(self.cfg.table)
-        stmt = sa.select(sa.func.count()).select_from(sa.table(name, schema=schema_name))
-        runner = SqlRunner(self.engine, RetryPolicy(), f"master table {self.cfg.table}", log)
-        n = runner.run(lambda conn: int(conn.execute(stmt).scalar_one()), "count rows")
-        return int(n), schema
+        scan = self.scan(None, 1 << 30)
+        return scan_rows(scan), scan.schema
 
 
 def build_processor(cfg: JobConfig, store: DirectoryStore, observer: StepObserver | None = None) -> EnrichmentProcessor:
