@@ -24,6 +24,7 @@ from ssbj.contracts import DEAD_LETTER_SCHEMA, MAX_SHARDS, RunCounts, shard_segm
 from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin
 from ssbj.credentials import database_url
+from ssbj.errors import TransientError
 from ssbj.logs import fields
 from ssbj.pipeline import factory
 from ssbj.pipeline.executors import (
@@ -40,6 +41,12 @@ from ssbj.pipeline.shardplan import load_or_create
 from ssbj.planning import join_spec
 
 log = logging.getLogger("ssbj.progress")
+
+# Spark's messages when a lost executor takes shuffle output with it: a job whose shuffle map
+# stage is "indeterminate" (Python UDF output) cannot be retried inside the query, but a
+# restarted query replays the batch, and every shard replays it from its own checkpoint
+DRAIN_ATTEMPTS = 3
+EXECUTOR_LOSS = ("indeterminate output", "ExecutorLostFailure", "FetchFailed", "ExecutorDeadException")
 
 
 def partition_labels(spark: Any, shards: int) -> tuple[int, ...]:
@@ -150,7 +157,15 @@ class ShardedRun:
         job = self._job()
         shuffled = routed.repartition(job.shards, F.col(LABEL))
         out = shuffled.mapInArrow(partial(run_shards, job, batch_id, drain_after), from_arrow_schema(SUMMARY_SCHEMA))
-        rows = [r.asDict() for r in out.collect()]
+        try:
+            rows = [r.asDict() for r in out.collect()]
+        except Exception as exc:
+            if any(m in str(exc) for m in EXECUTOR_LOSS):
+                raise TransientError(
+                    f"batch {batch_id}: an executor was lost and Spark could not retry the shard stage "
+                    f"({type(exc).__name__}); the query restarts and replays the batch from the checkpoint"
+                ) from exc
+            raise
         got = sorted(r["shard"] for r in rows)
         if got != list(range(job.shards)):
             raise RuntimeError(f"batch {batch_id}: shards {got} reported, expected 0..{job.shards - 1}")
@@ -181,7 +196,14 @@ class ShardedRun:
             if last < 0 or self._waiting == 0 or not is_committed(last):
                 return None
             t0 = time.perf_counter()
-            rows = self._stage2(self._beats(), last, last)
+            for attempt in range(1, DRAIN_ATTEMPTS + 1):
+                try:  # a drain is idempotent per shard: a shard that drained has nothing left to wait for
+                    rows = self._stage2(self._beats(), last, last)
+                    break
+                except TransientError:
+                    if attempt == DRAIN_ATTEMPTS:
+                        raise
+                    log.warning("drain failed (attempt %d of %d); retrying", attempt, DRAIN_ATTEMPTS)
             return self._summarise("drain", last, segment + 1, rows, time.perf_counter() - t0)
 
     def _summarise(

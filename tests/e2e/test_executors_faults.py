@@ -88,9 +88,9 @@ def test_executor_jvm_and_driver_killed_at_random_moments(tmp_path: Path) -> Non
     rng = random.Random(int(os.environ.get("SSBJ_FAULT_SEED", "11")))
     job = _job(tmp_path)
     cmd = [*SSBJ, "run", "--config", str(job), "--quiet"]
-    proc = subprocess.Popen(
-        cmd, env=_env(tmp_path), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    log = tmp_path / "run1.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=_env(tmp_path), start_new_session=True, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 300
         while _progress(tmp_path) < 1 and proc.poll() is None and time.monotonic() < deadline:
@@ -106,13 +106,13 @@ def test_executor_jvm_and_driver_killed_at_random_moments(tmp_path: Path) -> Non
         while _progress(tmp_path) <= seen and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(rng.uniform(0, 2.0))
-        assert proc.poll() is None, "the run ended before the driver was killed"
+        assert proc.poll() is None, "the run ended before the driver was killed: " + log.read_text()[-3000:]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        proc.wait()
     res = _run(job, _env(tmp_path))
     assert res.returncode == 0, res.stderr[-3000:]
     _check(tmp_path)
