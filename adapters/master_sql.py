@@ -628,7 +628,12 @@ class ArrowReader:
 
     def __init__(self, url: str, password: str | None, table: str, dialect: sa.Dialect) -> None:
         self._url = url
-        self._dialect = dialect
+        # SQL text for connectorx: a "named" paramstyle, so that a literal % (the modulo of a
+        # shard predicate) is not escaped to %% as it is for PyMySQL's pyformat
+        make: Any = type(dialect)
+        self._dialect = make(paramstyle="named")
+        if getattr(dialect, "is_mariadb", False):
+            self._dialect.is_mariadb = True  # type: ignore[attr-defined]
         self._password = password
         self._table = table
         self.usable = True

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from ssbj.adapters.master_sql import SqlMasterScan
+from ssbj.core.shards import ModRouter, RangeRouter, route_column
 from ssbj.errors import ConfigError
 from ssbj.retry import RetryPolicy
 from ssbj.testing.mariadb import MariaDBServer
@@ -59,6 +60,22 @@ def test_connectorx_partitions_equal_driver_partitions(customer: Any) -> None:
         assert a.equals(b), p
         total += a.num_rows
     assert total == 5000 and cx.reader == "connectorx"
+
+
+@pytest.mark.parametrize("router", [ModRouter(3), RangeRouter((4_000, 9_000))], ids=["mod", "range"])
+def test_connectorx_reads_a_shards_share_like_the_driver(customer: Any, router: Any) -> None:
+    """The shard predicate reaches connectorx as plain SQL (a modulo's % is not escaped to %% for it)."""
+    total = 0
+    for s in range(router.shards):
+        cx = SqlMasterScan(customer, "cx_customer", "c_custkey", 500, reader="connectorx", shard=(router, s))
+        drv = SqlMasterScan(customer, "cx_customer", "c_custkey", 500, layout=cx.layout(), shard=(router, s))
+        for p in range(cx.num_partitions()):
+            a, b = cx.read_partition(p), drv.read_partition(p)
+            assert a.equals(b), (s, p)
+            assert set(route_column(a.column("c_custkey"), "integer", router).tolist()) <= {s}
+            total += a.num_rows
+        assert cx.reader == "connectorx"  # it never fell back to the driver
+    assert total == 5000
 
 
 def test_auto_uses_the_driver_for_a_non_integer_page_column(customer: Any) -> None:
