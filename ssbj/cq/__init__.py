@@ -1,0 +1,1 @@
+"""Continuous queries under inserts and deletes (Cquirrel live-tuple maintenance)."""

@@ -1,0 +1,1 @@
+"""Many enrichment jobs, one set of scans: sharing and its ILP optimizer (CLASH)."""
