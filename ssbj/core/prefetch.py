@@ -28,12 +28,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from ssbj.contracts import MasterScan
+from ssbj.core.scanwrap import WrappedScan
 from ssbj.errors import ConfigError, StateError
 
 __all__ = ["PrefetchingScan", "prefetch_depth", "prefetched_nbytes", "read_seconds"]
@@ -62,13 +64,13 @@ class _Stats:
     events: deque[tuple[str, int, float, float]] = field(default_factory=lambda: deque(maxlen=4096))
 
 
-class PrefetchingScan:
+class PrefetchingScan(WrappedScan):
     """A master scan that reads up to ``depth`` partitions ahead in a daemon thread (``depth`` 0: off)."""
 
     def __init__(self, scan: MasterScan, depth: int = 1) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ConfigError(f"prefetch depth must be an integer >= 0, got {depth!r}")
-        self._scan = scan
+        super().__init__(scan)
         self.depth = depth
         self._io = threading.Lock()  # one read of the wrapped scan at a time
         self._cond = threading.Condition()  # guards _slots, _worker, _closed
@@ -80,51 +82,13 @@ class PrefetchingScan:
         self.last_wait = 0.0  # seconds the last read_partition call took (what the step waited)
         self.last_read = 0.0  # seconds the read of the partition it returned took (in whichever thread)
 
-    def __getattr__(self, name: str) -> Any:
-        # MasterLookup passes through exactly when the wrapped scan has it (the hybrid step
-        # checks with isinstance); a lookup waits for a read in flight, one at a time
-        if name == "lookup_batch" and hasattr(self._scan, name):
-            return self._scan.lookup_batch  # type: ignore[attr-defined]
-        if name == "lookup" and hasattr(self._scan, name):
-            inner = self._scan.lookup  # type: ignore[attr-defined]
+    def _wrap_lookup(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        # a lookup waits for a read in flight (one use of the wrapped scan at a time)
+        def lookup(*args: Any, **kwargs: Any) -> Any:
+            with self._io:
+                return fn(*args, **kwargs)
 
-            def lookup(key: str, values: Any) -> Any:
-                with self._io:
-                    return inner(key, values)
-
-            return lookup
-        raise AttributeError(name)
-
-    # ------------------------------------------------------------ MasterScan
-    @property
-    def inner(self) -> MasterScan:
-        """The wrapped scan."""
-        return self._scan
-
-    @property
-    def partition_rows(self) -> int:
-        """B."""
-        return self._scan.partition_rows
-
-    @property
-    def num_rows(self) -> int:
-        """R_t."""
-        return self._scan.num_rows
-
-    @property
-    def schema(self) -> pa.Schema:
-        """Schema of the wrapped scan (checkpointed scans only)."""
-        schema: pa.Schema = getattr(self._scan, "schema")  # noqa: B009  (absent on plain scans)
-        return schema
-
-    def layout(self) -> dict[str, Any]:
-        """Return the wrapped scan's layout (checkpointed scans only)."""
-        layout: dict[str, Any] = getattr(self._scan, "layout")()  # noqa: B009
-        return layout
-
-    def num_partitions(self) -> int:
-        """K of the wrapped scan."""
-        return self._scan.num_partitions()
+        return lookup
 
     def read_partition(self, p: int) -> pa.Table:
         """Partition ``p``: from the queue if it is next there, else read now; then read ahead."""
@@ -189,9 +153,7 @@ class PrefetchingScan:
             worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout)
-        close = getattr(self._scan, "close", None)
-        if callable(close):
-            close()
+        super().close()
 
     @property
     def closed(self) -> bool:

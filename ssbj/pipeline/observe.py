@@ -8,13 +8,14 @@ master scan so that each partition read is reported with its rows and seconds.
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 
 from ssbj.contracts import CheckpointedMasterScan
 from ssbj.core.operator import StepResult
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
+from ssbj.core.scanwrap import WrappedScan
 
 
 class StepObserver(Protocol):
@@ -33,37 +34,12 @@ class StepObserver(Protocol):
         ...
 
 
-class ObservedScan:
+class ObservedScan(WrappedScan):
     """A master scan that reports each partition read to an observer; everything else is delegated."""
 
     def __init__(self, scan: CheckpointedMasterScan, observer: StepObserver) -> None:
-        self._scan = scan
+        super().__init__(scan)
         self._observer = observer
-
-    def __getattr__(self, name: str) -> Any:
-        # MasterLookup passes through exactly when the wrapped scan has it (the hybrid step checks)
-        if name in ("lookup", "lookup_batch"):
-            return getattr(self._scan, name)
-        raise AttributeError(name)
-
-    @property
-    def partition_rows(self) -> int:
-        """B."""
-        return self._scan.partition_rows
-
-    @property
-    def num_rows(self) -> int:
-        """R_t."""
-        return self._scan.num_rows
-
-    @property
-    def schema(self) -> pa.Schema:
-        """Schema of the projected master columns."""
-        return self._scan.schema
-
-    def num_partitions(self) -> int:
-        """K."""
-        return self._scan.num_partitions()
 
     def read_partition(self, p: int) -> pa.Table:
         """Read partition ``p``, reporting it before and after."""
@@ -89,21 +65,11 @@ class ObservedScan:
         v = getattr(self._scan, "last_read", None)
         return float(v) if isinstance(v, int | float) else None
 
-    def close(self) -> None:
-        """Close the wrapped scan if it can be closed."""
-        close = getattr(self._scan, "close", None)
-        if callable(close):
-            close()
-
     def repartition(self, partition_rows: int) -> ObservedScan:
         """Return the same R with another b, still observed."""
         scan = self._scan.repartition(partition_rows)
         assert isinstance(scan, CheckpointedMasterScan)  # noqa: S101  (a checkpointed scan repartitions to one)
         return ObservedScan(scan, self._observer)
-
-    def layout(self) -> dict[str, Any]:
-        """Return the wrapped scan's layout."""
-        return self._scan.layout()
 
 
 class FanOut:
