@@ -122,5 +122,7 @@ def test_pipeline_method_timeout_stops_the_query_and_fails_the_run(tmp_path: Pat
     out = tmp_path / "out"
     proc, doc = _run(out, "--case", "b", "--methods", "lookup_lru", "--method-timeout", "0.5")
     assert doc["results"] == {}
-    assert "stopped after 0.5 s" in doc["errors"]["lookup_lru"], doc["errors"]
+    err = doc["errors"]["lookup_lru"]
+    # stopped from outside between batches, or by the lookup loop's own deadline inside one
+    assert "stopped after 0.5 s" in err or "out of time after 0.5 s inside a micro-batch" in err, err
     assert proc.returncode == 1

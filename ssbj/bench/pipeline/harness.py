@@ -268,6 +268,14 @@ class Harness:
         """Return a fresh per-phase timeline."""
         return Timeline()
 
+    def deadline(self) -> float | None:
+        """Return the ``time.monotonic()`` at which a method starting now is out of time (None: no limit).
+
+        Spark cannot stop a query inside a running ``foreachBatch``; a method whose batch
+        can run for minutes (a lookup join on a cold cache) checks this itself and returns early.
+        """
+        return None if self.method_timeout is None else time.monotonic() + self.method_timeout
+
     def await_query(self, query: Any, name: str, consumed: Callable[[], int]) -> None:
         """Wait for an available-now query; stop it at ``method_timeout`` and raise :class:`TimedOut`."""
         if self.method_timeout is None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.bench.pipeline.harness import Harness, MethodResult, Unsupported
+from ssbj.bench.pipeline.harness import Harness, MethodResult, TimedOut, Unsupported
 from ssbj.bench.pipeline.measure import DbCounters
 from ssbj.bench.pipeline.spec import NEW_SEGMENT, Json
 from ssbj.config import arrow_type, parse_config
@@ -146,6 +146,10 @@ class LruTtlCache:
         return total / rows
 
 
+class _OutOfTime(Exception):
+    """The method's time limit passed inside a micro-batch."""
+
+
 class LookupMethod:
     """The lookup join over the same Kafka source, one point query per miss or IN lists per batch."""
 
@@ -178,7 +182,7 @@ class LookupMethod:
         )
         db = h.db
         state: dict[str, Any] = {"consumed": 0, "decode": 0.0, "lookup": 0.0, "write": 0.0, "batches": 0}
-        state |= {"max_entries": 0, "max_rows": 0}
+        state |= {"max_entries": 0, "max_rows": 0, "timed_out": False}
         tl = h.timeline()
         t0 = time.perf_counter()
         sink = SqlTableSink(db.sa_url_full, table)
@@ -187,13 +191,21 @@ class LookupMethod:
         cur = conn.cursor()
         select = f"SELECT {', '.join([case.master_key, *cols])} FROM customer WHERE {case.master_key}"
 
+        stop_at: list[float | None] = [None]  # set when the query starts
+
+        def out_of_time() -> None:
+            if stop_at[0] is not None and time.monotonic() > stop_at[0]:
+                raise _OutOfTime
+
         def fetch_one(k: int) -> Rows:
+            out_of_time()
             cur.execute(f"{select} = %s", (k,))
             return tuple(cur.fetchall())
 
         def fetch_many(ks: list[int]) -> dict[int, Rows]:
             out: dict[int, list[tuple[Any, ...]]] = {}
             for lo in range(0, len(ks), 1000):
+                out_of_time()
                 part = ks[lo : lo + 1000]
                 cur.execute(f"{select} IN ({','.join(['%s'] * len(part))})", part)
                 for row in cur.fetchall():
@@ -204,6 +216,14 @@ class LookupMethod:
         lru_stale: Json = {"tuples": 0, "seconds": 0.0, "how": "lookup loop: arrival position of the last stale tuple"}
 
         def foreach(df: Any, batch_id: int) -> None:
+            if state["timed_out"]:
+                return  # the rest of the topic is skipped: the run is reported as timed out
+            try:
+                run_batch(df, batch_id)
+            except _OutOfTime:
+                state["timed_out"] = True
+
+        def run_batch(df: Any, batch_id: int) -> None:
             st.maybe_update(db, state["consumed"], batch_id - 1)
             ta = time.perf_counter()
             raw = df.toArrow()
@@ -252,6 +272,7 @@ class LookupMethod:
             with h.rss() as rss:
                 t1 = time.perf_counter()
                 tl.start()
+                stop_at[0] = h.deadline()
                 query = (
                     source_frame(h.spark, cfg)
                     .writeStream.foreachBatch(foreach)
@@ -269,6 +290,12 @@ class LookupMethod:
         after = h.counters.snapshot()
         if query.exception() is not None:
             raise RuntimeError(f"{self.name}: {query.exception()}")
+        if state["timed_out"]:
+            n = int(state["consumed"])
+            raise TimedOut(
+                f"{self.name}: out of time after {h.method_timeout:g} s inside a micro-batch, with {n:,} of "
+                f"{h.scale.tuples:,} tuples written"
+            )
         res.tuples = int(state["consumed"])
         res.setup_seconds = t1 - t0
         res.wall_seconds = t2 - t1
