@@ -35,8 +35,9 @@ from pyspark.sql import SparkSession
 
 from ssbj.bench.datagen import SyntheticStream, synthetic_master
 from ssbj.core.shards import HashRouter
+from ssbj.pipeline.shardedrun import partition_labels
 from ssbj.pipeline.shardexec import ShardJob, plan_shard
-from ssbj.pipeline.shardhost import ResidentHost, partition_labels, read_events
+from ssbj.pipeline.shardhost import ResidentHost, read_events
 from ssbj.pipeline.shardstate import parquet_sink, stateful_frame
 from ssbj.planning import JoinSettings, estimate_row_bytes
 

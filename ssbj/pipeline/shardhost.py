@@ -39,20 +39,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from ssbj.core.operator import SemiStreamJoin
+from ssbj.pipeline.shardedrun import partition_labels
 from ssbj.pipeline.shardexec import LABEL, SHARD, ShardJob, heartbeats, route_batch, run_shard, shard_rows
 
 # (job name, shard) -> (checkpoint id the operator is at, operator); lives as long as the Python worker
 _RESIDENT: dict[tuple[str, int], tuple[int, SemiStreamJoin]] = {}
-
-
-def partition_labels(spark: SparkSession, shards: int) -> tuple[int, ...]:
-    """For each shard s, an int whose Spark hash partitioning into ``shards`` partitions is s."""
-    ids = F.col("id").cast("int")
-    rows = spark.range(shards * 64).select(ids.alias("l"), F.pmod(F.hash(ids), F.lit(shards)).alias("p")).collect()
-    first: dict[int, int] = {}
-    for r in rows:
-        first.setdefault(int(r["p"]), int(r["l"]))
-    return tuple(first[s] for s in range(shards))
 
 
 def route_partition(

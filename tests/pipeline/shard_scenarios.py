@@ -22,8 +22,9 @@ from reference import batch_join
 from ssbj.bench.exp_sharding import session
 from ssbj.core import JoinSpec
 from ssbj.core.shards import HashRouter, ModRouter
+from ssbj.pipeline.shardedrun import partition_labels
 from ssbj.pipeline.shardexec import ShardJob
-from ssbj.pipeline.shardhost import ResidentHost, partition_labels, read_events
+from ssbj.pipeline.shardhost import ResidentHost, read_events
 from ssbj.pipeline.shardstate import parquet_sink, stateful_frame
 
 FILES = 4
