@@ -88,19 +88,20 @@ def case(draw: Any) -> tuple[str, dict[str, pa.Table]]:
     parts = [f"{TABLE[order[0]]} {order[0]}"]
     where: list[str] = []
     on_filters: dict[str, list[str]] = {m: [] for m in masters}
+    edge_eqs: dict[str, list[str]] = {}
+    for alias in masters:
+        link = probes[alias]
+        key = "s_k2" if link == "s" and draw(st.booleans()) else COLS[link][1]
+        edge_eqs[alias] = [f"{alias}.{COLS[alias][0]} = {link}.{key}"]
+        if alias == "a" and link == "s" and draw(st.booleans()):
+            edge_eqs[alias].append("a.a_k2 = s.s_k2")  # a composite key
+    if comma:
+        where += [eq for m in masters for eq in edge_eqs[m]]
     for alias in order[1:]:
-        if alias == "s":
-            link = "a"
-            eqs = ["a.a_k = s.s_k1"]
-        else:
-            link = probes[alias]
-            key = "s_k2" if link == "s" and draw(st.booleans()) else COLS[link][1]
-            eqs = [f"{alias}.{COLS[alias][0]} = {link}.{key}"]
-            if alias == "a" and link == "s" and draw(st.booleans()):
-                eqs.append("a.a_k2 = s.s_k2")  # a composite key
+        # in the JOIN ... ON order that starts with `a`, the stream's ON holds a's edge
+        eqs = edge_eqs["a"] if alias == "s" else edge_eqs[alias]
         if comma:
             parts.append(f"{TABLE[alias]} {alias}")
-            where += eqs
         else:
             kind = kinds.get(alias, "inner")
             if kind == "left":
