@@ -10,7 +10,7 @@ from ssbj.sql._sqlglot import ParseError, exp, require, sqlglot
 
 DIALECT = "duckdb"
 
-__all__ = ["DIALECT", "Script", "from_clause", "line_of", "parse_script", "where"]
+__all__ = ["DIALECT", "Script", "from_clause", "line_of", "parse_schema_ddl", "parse_script", "where"]
 
 
 def line_of(node: Any) -> int | None:
@@ -45,6 +45,7 @@ class Script:
 
     query: Any
     views: dict[str, Any] = field(default_factory=dict)
+    view_columns: dict[str, list[str]] = field(default_factory=dict)
 
 
 def parse_script(text: str) -> Script:
@@ -59,6 +60,7 @@ def parse_script(text: str) -> Script:
         desc = first.get("description") or str(exc).splitlines()[0]
         raise ConfigError(f"{f'line {line}: ' if line else ''}SQL syntax error: {desc}") from exc
     views: dict[str, Any] = {}
+    view_columns: dict[str, list[str]] = {}
     queries: list[Any] = []
     for st in statements:
         if isinstance(st, exp.Create) and str(st.args.get("kind", "")).upper() == "VIEW":
@@ -67,6 +69,8 @@ def parse_script(text: str) -> Script:
             if not isinstance(body, exp.Query):
                 raise ConfigError(f"{where(st)}view {name!r} must be defined by a SELECT")
             views[name] = body
+            if isinstance(st.this, exp.Schema):
+                view_columns[name] = [c.name for c in st.this.expressions]
         elif isinstance(st, exp.Drop):
             continue
         elif isinstance(st, exp.Query):
@@ -75,4 +79,26 @@ def parse_script(text: str) -> Script:
             raise ConfigError(f"{where(st)}{st.key.upper()} statement is not supported (expected a SELECT)")
     if len(queries) != 1:
         raise ConfigError(f"expected exactly one SELECT query, found {len(queries)}")
-    return Script(queries[0], views)
+    return Script(queries[0], views, view_columns)
+
+
+def parse_schema_ddl(text: str) -> dict[str, dict[str, str]]:
+    """Table -> column -> type from ``CREATE TABLE`` statements (``ssbj explain --schema``)."""
+    require()
+    try:
+        statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
+    except ParseError as exc:
+        raise ConfigError(f"schema file: SQL syntax error: {str(exc).splitlines()[0]}") from exc
+    tables: dict[str, dict[str, str]] = {}
+    for st in statements:
+        if not (isinstance(st, exp.Create) and str(st.args.get("kind", "")).upper() == "TABLE"):
+            raise ConfigError(f"schema file: {where(st)}expected CREATE TABLE statements only")
+        if not isinstance(st.this, exp.Schema):
+            raise ConfigError(f"schema file: {where(st)}CREATE TABLE needs a column list")
+        cols = {
+            c.name: c.args["kind"].sql(dialect=DIALECT) if c.args.get("kind") else "UNKNOWN"
+            for c in st.this.expressions
+            if isinstance(c, exp.ColumnDef)
+        }
+        tables[st.this.this.name] = cols
+    return tables
