@@ -10,12 +10,14 @@ try:
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError
+    from sqlglot.optimizer.simplify import simplify
 except ImportError:  # pragma: no cover - the extra is installed in development
     sqlglot: Any = None  # type: ignore[no-redef]
     exp: Any = None  # type: ignore[no-redef]
     ParseError: Any = None  # type: ignore[no-redef]
+    simplify: Any = None  # type: ignore[no-redef]
 
-__all__ = ["ParseError", "exp", "require", "sqlglot"]
+__all__ = ["ParseError", "exp", "require", "simplify", "sqlglot"]
 
 
 def require() -> None:

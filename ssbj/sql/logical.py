@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from ssbj.core.multiway.spec import OutputColumn
 from ssbj.errors import ConfigError
-from ssbj.sql._sqlglot import exp
+from ssbj.sql._sqlglot import exp, simplify
 from ssbj.sql.filters import to_arrow
 from ssbj.sql.parse import from_clause, line_of, parse_script, where
 
@@ -328,7 +328,8 @@ def parse_query(text: str, schemas: Mapping[str, pa.Schema]) -> LogicalQuery:
     for alias, preds in filters.items():
         used[alias] = tuple(dict.fromkeys(res.resolve(c)[1] for p in preds for c in p.find_all(exp.Column)))
         schema = res.by_alias[alias].schema
-        parts = [to_arrow(p, lambda c: res.resolve(c)[1], schema) for p in preds]
+        # constant folding first: DATE '1994-01-01' + INTERVAL '1' YEAR becomes a date literal
+        parts = [to_arrow(simplify(p.copy()), lambda c: res.resolve(c)[1], schema) for p in preds]
         combined = parts[0]
         for p in parts[1:]:
             combined = combined & p
