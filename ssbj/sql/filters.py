@@ -9,6 +9,7 @@ are cast to the column's type (``o_orderdate < '1995-03-15'`` compares dates, as
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,10 @@ _CMP = {
 _FLIP = {"EQ": "EQ", "NEQ": "NEQ", "GT": "LT", "GTE": "LTE", "LT": "GT", "LTE": "GTE"}
 
 
+def _numeric(typ: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ))
+
+
 class _Arrow:
     def __init__(self, colname: Callable[[Any], str], schema: pa.Schema) -> None:
         self.colname = colname
@@ -51,7 +56,8 @@ class _Arrow:
         if isinstance(node, exp.Literal):
             if node.is_string:
                 return node.this
-            return int(node.this) if node.is_int else float(node.this)
+            # exact, as SQL reads 0.05 (a DECIMAL literal), not the nearest double
+            return int(node.this) if node.is_int else decimal.Decimal(node.this)
         if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
             return -self.literal(node.this)
         if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
@@ -60,7 +66,7 @@ class _Arrow:
             try:
                 if target == exp.DataType.Type.DATE:
                     return dt.date.fromisoformat(text)
-                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME):
+                if target in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.DATETIME):
                     return dt.datetime.fromisoformat(text)
             except ValueError as exc:
                 raise ConfigError(f"{where(node)}bad {target.value} literal {text!r}") from exc
@@ -83,12 +89,15 @@ class _Arrow:
         """``value`` as a scalar of the column's type when it converts (as DuckDB casts a literal)."""
         if value is None:
             return pc.scalar(pa.scalar(None, typ or pa.null()))
+        if typ is not None and pa.types.is_decimal(typ) and isinstance(value, int | float):
+            value = decimal.Decimal(str(value))  # decimal against decimal: Arrow finds the common scale
         if typ is not None:
             try:
                 return pc.scalar(pa.scalar(value).cast(typ))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError) as exc:
-                # a fractional literal against an integer column compares as a number
-                if not (pa.types.is_integer(typ) and isinstance(value, float)):
+                # 2.5 against an integer column, 0.055 against DECIMAL(15, 2): Arrow compares
+                # the numbers in a common type, as SQL does
+                if not (_numeric(typ) and isinstance(value, int | float | decimal.Decimal)):
                     raise ConfigError(
                         f"{where(node)}literal {value!r} does not fit column type {typ}: {node.sql(dialect=DIALECT)}"
                     ) from exc

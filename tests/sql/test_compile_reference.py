@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multiway_reference import evaluate
@@ -139,9 +140,7 @@ def duck(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
     return con.sql(sql).to_arrow_table()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case())
-def test_compiled_spec_equals_duckdb(c: tuple[str, dict[str, pa.Table]]) -> None:
+def _check(c: tuple[str, dict[str, pa.Table]]) -> None:
     sql, tables = c
     schemas = {name: t.schema for name, t in tables.items()}
     spec = compile_sql(sql, schemas, streams={"events"})
@@ -149,3 +148,16 @@ def test_compiled_spec_equals_duckdb(c: tuple[str, dict[str, pa.Table]]) -> None
     want = duck(sql, tables)
     assert got.column_names == want.column_names, sql
     assert _multiset(got) == _multiset(want), sql
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case())
+def test_compiled_spec_equals_duckdb(c: tuple[str, dict[str, pa.Table]]) -> None:
+    _check(c)
+
+
+@pytest.mark.slow
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case())
+def test_compiled_spec_equals_duckdb_long(c: tuple[str, dict[str, pa.Table]]) -> None:
+    _check(c)
