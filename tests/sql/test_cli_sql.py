@@ -160,11 +160,15 @@ def _reference_run_query(
     yield evaluate(spec, stream, masters)
 
 
+@pytest.mark.parametrize("stream_format", ["parquet", "csv"])
 def test_query_writes_the_select_columns(
-    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, stream_format: str
 ) -> None:
     # the reference evaluator in place of the operator: reading, compiling and writing are real
     monkeypatch.setattr(multiway, "run_query", _reference_run_query, raising=False)
+    if stream_format == "csv":
+        files["events"] = tmp_path / "events.csv"
+        pacsv.write_csv(_data()["events"], files["events"])
     out = tmp_path / "out.parquet"
     assert main(_args(files, out, "--stats", "--batch-rows", "5")) == 0
     report = capsys.readouterr().out
