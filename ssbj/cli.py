@@ -11,7 +11,9 @@ Every command, with the module that implements it:
 * ``ssbj quickstart``: write a demo job (:mod:`ssbj.pipeline.quickstart`);
 * ``ssbj sql``: print the warehouse DDL (:mod:`ssbj.warehouse`);
 * ``ssbj check``, ``ssbj gate``, ``ssbj publish``, ``ssbj quarantine``: the quality gate on a
-  run's rows (:mod:`ssbj.pipeline.quality`, :mod:`ssbj.pipeline.audit`).
+  run's rows (:mod:`ssbj.pipeline.quality`, :mod:`ssbj.pipeline.audit`);
+* ``ssbj explain``, ``ssbj query``: a SQL query's plans, and a SELECT run through the multi-way
+  operator (:mod:`ssbj.sql.cli`).
 
 ``ssbj join`` replays a stream file (Parquet or CSV) through the operator as if it were
 arriving, batch by batch, with a master file as R, and streams the enriched rows to a
@@ -58,6 +60,7 @@ from ssbj.core.keys import check_compatible, encode_keys
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError
 from ssbj.pipeline.commands import add_commands
 from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, check_key_types, estimate_row_bytes, plan_join
+from ssbj.sql.cli import add_sql_commands
 from ssbj.units import parse_size
 
 PROG = "ssbj"
@@ -759,6 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(handler=_cmd_bench, accepts_extra=True)
 
     add_commands(sub)
+    add_sql_commands(sub)
     return parser
 
 

@@ -1,0 +1,135 @@
+"""A :class:`LogicalQuery` as a :class:`MultiWaySpec`: the join tree rooted at the stream.
+
+Inner joins before the first LEFT JOIN are reordered breadth-first from the stream (any
+order gives the same rows); from the first LEFT JOIN on, the FROM order is kept, because
+``(s LEFT JOIN c) JOIN n`` and ``s LEFT JOIN (c JOIN n)`` differ. The operator evaluates the
+edges in order, each a left-deep join of the rows so far with one master table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+import pyarrow as pa
+
+from ssbj.core.multiway.spec import JoinEdge, MasterInput, MultiWaySpec
+from ssbj.errors import ConfigError
+from ssbj.sql.logical import Equality, LogicalQuery, parse_query
+
+__all__ = ["compile_query", "compile_sql"]
+
+
+def _line(eq: Equality) -> str:
+    return f"line {eq.line}: " if eq.line is not None else ""
+
+
+def _edge(master: str, kind: str, eqs: list[Equality], joined: set[str]) -> JoinEdge:
+    """One edge from the equalities linking ``master`` with the inputs joined so far."""
+    probes = sorted({eq.other(master)[0] for eq in eqs})
+    if len(probes) > 1:
+        # the multi-way spec joins along a tree and has no residual predicates: a second
+        # connection to the inputs already joined closes a cycle
+        extra = next(eq for eq in eqs if eq.other(master)[0] != probes[0])
+        raise ConfigError(
+            f"{_line(extra)}join predicate {extra.text} closes a cycle in the join graph "
+            f"({master!r} is already connected to {probes[0]!r}); the multi-way operator joins along a tree"
+        )
+    probe = probes[0]
+    assert probe in joined  # noqa: S101 - callers pass only equalities to joined inputs
+    pairs = list(dict.fromkeys((eq.other(master)[1], eq.side(master)[1]) for eq in eqs))
+    return JoinEdge(
+        master=master,
+        probe=probe,
+        probe_columns=tuple(p for p, _ in pairs),
+        master_columns=tuple(m for _, m in pairs),
+        kind="left" if kind == "left" else "inner",
+    )
+
+
+def compile_query(q: LogicalQuery, streams: Collection[str]) -> MultiWaySpec:
+    """Compile ``q`` with the inputs read by a name in ``streams`` as streams (exactly one)."""
+    stream_inputs = [i for i in q.inputs if i.table in streams]
+    if not stream_inputs:
+        raise ConfigError(
+            f"no stream among the inputs ({', '.join(i.table for i in q.inputs)}): name one with --stream"
+        )
+    if len(stream_inputs) > 1:
+        raise ConfigError(
+            "joining two streams is not supported by the multi-way operator "
+            f"(streams: {', '.join(i.alias for i in stream_inputs)})"
+        )
+    stream = stream_inputs[0].alias
+    order = [i.alias for i in q.inputs]
+    first_left = next((k + 1 for k, s in enumerate(q.steps) if s.kind == "left"), len(order))
+    prefix = set(order[:first_left])
+    if stream not in prefix:
+        raise ConfigError(f"the stream {stream!r} must be on the preserved side of every LEFT JOIN")
+    step_of = {s.alias: s for s in q.steps}
+    # inner equalities of the prefix: ON clauses of its inner joins and WHERE
+    pending = [eq for a in order[1:first_left] for eq in step_of[a].on]
+    later_where: dict[str, list[Equality]] = {}
+    for eq in q.where_equalities:
+        if eq.aliases <= prefix:
+            pending.append(eq)
+        else:
+            last = max(eq.aliases, key=order.index)
+            later_where.setdefault(last, []).append(eq)
+    joined = {stream}
+    edges: list[JoinEdge] = []
+    while len(joined) < len(prefix):
+        frontier = [a for a in order if a in prefix and a not in joined]
+        nxt = next((a for a in frontier if any(a in eq.aliases and eq.other(a)[0] in joined for eq in pending)), None)
+        if nxt is None:
+            raise ConfigError(
+                f"cross join: no equi-join predicate connects {', '.join(frontier)} with {', '.join(sorted(joined))}"
+            )
+        mine = [eq for eq in pending if nxt in eq.aliases and eq.other(nxt)[0] in joined]
+        edges.append(_edge(nxt, "inner", mine, joined))
+        pending = [eq for eq in pending if eq not in mine]
+        joined.add(nxt)
+        inside = [eq for eq in pending if eq.aliases <= joined]
+        if inside:
+            eq = inside[0]
+            raise ConfigError(
+                f"{_line(eq)}join predicate {eq.text} closes a cycle in the join graph; "
+                "the multi-way operator joins along a tree"
+            )
+    for alias in order[first_left:]:
+        step = step_of[alias]
+        eqs = list(step.on) + later_where.get(alias, [])
+        if not eqs:
+            raise ConfigError(f"cross join: no equi-join predicate connects {alias!r} with the inputs before it")
+        edges.append(_edge(alias, step.kind, eqs, joined))
+        joined.add(alias)
+    needed: dict[str, list[str]] = {a: [] for a in order}
+
+    def need(alias: str, col: str) -> None:
+        if col not in needed[alias]:
+            needed[alias].append(col)
+
+    for e in edges:
+        for c in e.probe_columns:
+            need(e.probe, c)
+        for c in e.master_columns:
+            need(e.master, c)
+    for alias, cols in q.filter_columns.items():
+        for c in cols:
+            need(alias, c)
+    for o in q.output:
+        need(o.alias, o.column)
+    masters = tuple(
+        MasterInput(alias=a, table=q.input(a).table, columns=tuple(needed[a])) for a in order if a != stream
+    )
+    return MultiWaySpec(
+        stream=stream,
+        stream_columns=tuple(needed[stream]),
+        masters=masters,
+        edges=tuple(edges),
+        output=q.output,
+        filters=dict(q.filters),
+    )
+
+
+def compile_sql(text: str, schemas: Mapping[str, pa.Schema], streams: Collection[str]) -> MultiWaySpec:
+    """Parse ``text`` over ``schemas`` (input name -> schema) and compile it with ``streams`` as streams."""
+    return compile_query(parse_query(text, schemas), streams)

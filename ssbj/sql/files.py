@@ -1,0 +1,117 @@
+"""Parquet and CSV inputs of ``ssbj query`` / ``ssbj explain``, read as ``ssbj join`` reads them.
+
+The readers of ``ssbj join`` live in ``ssbj/cli.py``, a layer above this package; these are
+the same rules (format by extension, InputError naming the role and the file, CSV read
+whole because its types need all rows, the stream regrouped into fixed-size batches).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ssbj.errors import ConfigError, InputError
+
+__all__ = ["check_output", "file_format", "open_stream", "read_schema", "read_table"]
+
+_CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def file_format(path: Path, role: str) -> str:
+    """``parquet`` or ``csv`` by extension; checks that the file exists and is readable."""
+    if not path.exists():
+        raise InputError(f"{role} file not found: {path}")
+    if not path.is_file():
+        raise InputError(f"{role} file {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{role} file {path} is not readable (permission denied)")
+    name = path.name.lower()
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    if name.endswith((".csv", ".csv.gz")):
+        return "csv"
+    raise InputError(f"{role} file {path} has an unsupported file type (expected .parquet, .pq, .csv or .csv.gz)")
+
+
+def _read_error(role: str, path: Path, fmt: str, exc: BaseException) -> InputError:
+    kind = "Parquet" if fmt == "parquet" else "CSV"
+    return InputError(f"cannot read {role} file {path} as {kind}: {_one_line(exc)}")
+
+
+def read_schema(path: Path, role: str) -> pa.Schema:
+    """Read the schema of a Parquet or CSV file (a CSV file is read to infer it)."""
+    fmt = file_format(path, role)
+    try:
+        if fmt == "parquet":
+            return pq.read_schema(path).remove_metadata()
+        return pacsv.read_csv(path).schema
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _read_error(role, path, fmt, exc) from exc
+
+
+def read_table(path: Path, role: str, columns: Iterable[str]) -> pa.Table:
+    """Read the file's rows restricted to ``columns`` (in that order)."""
+    fmt = file_format(path, role)
+    cols = list(columns)
+    try:
+        table = pq.read_table(path, columns=cols) if fmt == "parquet" else pacsv.read_csv(path)
+        return table.select(cols).replace_schema_metadata(None)
+    except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+        raise _read_error(role, path, fmt, exc) from exc
+
+
+def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    pending: list[pa.RecordBatch] = []
+    n = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        n += batch.num_rows
+        while n >= rows:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, rows)
+            rest = table.slice(rows)
+            pending, n = rest.to_batches(), rest.num_rows
+    if n:
+        yield pa.Table.from_batches(pending)
+
+
+def open_stream(path: Path, columns: Iterable[str], batch_rows: int) -> Iterator[pa.Table]:
+    """Open the stream file as tables of ``batch_rows`` rows holding ``columns``."""
+    fmt = file_format(path, "stream")
+    cols = list(columns)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            if fmt == "parquet":
+                yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=cols)
+            else:
+                reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES))
+                for b in reader:
+                    yield b.select(cols)
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+            raise _read_error("stream", path, fmt, exc) from exc
+
+    return _rebatch(batches(), batch_rows)
+
+
+def check_output(out: Path, inputs: Iterable[Path]) -> None:
+    """Check that the output goes to an existing directory and overwrites no input."""
+    parent = out.parent if str(out.parent) else Path()
+    if not parent.is_dir():
+        raise ConfigError(f"output directory {parent} does not exist")
+    if out.is_dir():
+        raise ConfigError(f"output {out} is a directory")
+    for p in inputs:
+        if out.resolve() == p.resolve():
+            raise ConfigError(f"output {out} would overwrite input file {p}")
