@@ -36,7 +36,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -58,6 +58,7 @@ from ssbj.core import (
 from ssbj.core.bound import KeyDistribution, advise, key_distribution
 from ssbj.core.keys import check_compatible, encode_keys
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError
+from ssbj.files import check_output, file_format, read_error, rebatch
 from ssbj.pipeline.commands import add_commands
 from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, check_key_types, estimate_row_bytes, plan_join
 from ssbj.sql.cli import add_sql_commands
@@ -109,52 +110,12 @@ def _parse_columns(text: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------- input files
-def _file_format(path: Path, role: str) -> str:
-    """``parquet`` or ``csv`` by extension; checks that the file exists and is readable."""
-    if not path.exists():
-        raise InputError(f"{role} file not found: {path}")
-    if not path.is_file():
-        raise InputError(f"{role} file {path} is not a regular file")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{role} file {path} is not readable (permission denied)")
-    name = path.name.lower()
-    if name.endswith((".parquet", ".pq")):
-        return "parquet"
-    if name.endswith((".csv", ".csv.gz")):
-        return "csv"
-    raise InputError(f"{role} file {path} has an unsupported file type (expected .parquet, .pq, .csv or .csv.gz)")
-
-
-def _read_error(role: str, path: Path, fmt: str, exc: BaseException) -> InputError:
-    """InputError for a file that exists but cannot be read in its format."""
-    kind = "Parquet" if fmt == "parquet" else "CSV"
-    return InputError(f"cannot read {role} file {path} as {kind}: {_one_line(exc)}")
-
-
-def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """Regroup record batches into tables of exactly ``rows`` rows (the last may be shorter)."""
-    pending: list[pa.RecordBatch] = []
-    n = 0
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        pending.append(batch)
-        n += batch.num_rows
-        while n >= rows:
-            table = pa.Table.from_batches(pending)
-            yield table.slice(0, rows)
-            rest = table.slice(rows)
-            pending, n = rest.to_batches(), rest.num_rows
-    if n:
-        yield pa.Table.from_batches(pending)
-
-
 def _guarded(batches: Iterable[pa.RecordBatch], role: str, path: Path, fmt: str) -> Iterator[pa.RecordBatch]:
     """Re-raise read errors that happen mid-file as InputError."""
     try:
         yield from batches
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _read_error(role, path, fmt, exc) from exc
+        raise read_error(role, path, fmt, exc) from exc
 
 
 def _open_stream(path: Path, fmt: str, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
@@ -169,8 +130,8 @@ def _open_stream(path: Path, fmt: str, batch_rows: int) -> tuple[pa.Schema, Iter
             schema = reader.schema
             raw = reader
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _read_error("stream", path, fmt, exc) from exc
-    return schema, _rebatch(_guarded(raw, "stream", path, fmt), batch_rows)
+        raise read_error("stream", path, fmt, exc) from exc
+    return schema, rebatch(_guarded(raw, "stream", path, fmt), batch_rows)
 
 
 def _master_schema(path: Path, fmt: str) -> tuple[pa.Schema, pa.Table | None]:
@@ -181,7 +142,7 @@ def _master_schema(path: Path, fmt: str) -> tuple[pa.Schema, pa.Table | None]:
         table = pacsv.read_csv(path)
         return table.schema, table
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _read_error("master", path, fmt, exc) from exc
+        raise read_error("master", path, fmt, exc) from exc
 
 
 def _read_master(path: Path, fmt: str, columns: list[str], table: pa.Table | None) -> pa.Table:
@@ -191,7 +152,7 @@ def _read_master(path: Path, fmt: str, columns: list[str], table: pa.Table | Non
             table = pq.read_table(path, columns=columns)
         return table.select(columns)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _read_error("master", path, fmt, exc) from exc
+        raise read_error("master", path, fmt, exc) from exc
 
 
 def _check_key(schema: pa.Schema, key: str, role: str, path: Path) -> None:
@@ -314,7 +275,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     """``ssbj plan``: the bound, the predicted cache share and rates, a budget for a target rate."""
     budget = parse_size(args.memory)
     stream_path, master_path = Path(args.stream), Path(args.master)
-    s_fmt, m_fmt = _file_format(stream_path, "stream"), _file_format(master_path, "master")
+    s_fmt, m_fmt = file_format(stream_path, "stream"), file_format(master_path, "master")
     stream_schema, batches, master, proj = _open_inputs(
         args, stream_path, s_fmt, master_path, m_fmt, DEFAULT_BATCH_ROWS
     )
@@ -374,9 +335,9 @@ def _cmd_join(args: argparse.Namespace) -> int:
     if args.batch_rows < 1:
         raise ConfigError(f"--batch-rows must be >= 1, got {args.batch_rows}")
     stream_path, master_path, out_path = Path(args.stream), Path(args.master), Path(args.out)
-    s_fmt = _file_format(stream_path, "stream")
-    m_fmt = _file_format(master_path, "master")
-    _check_output(out_path, [stream_path, master_path])
+    s_fmt = file_format(stream_path, "stream")
+    m_fmt = file_format(master_path, "master")
+    check_output(out_path, [stream_path, master_path])
     model = _load_model(args.calibration)
 
     stream_schema, batches, master, proj = _open_inputs(args, stream_path, s_fmt, master_path, m_fmt, args.batch_rows)
@@ -505,18 +466,6 @@ def _bound_report(
         ),
     }
     return out
-
-
-def _check_output(out: Path, inputs: Sequence[Path]) -> None:
-    """Check that the output goes to an existing directory and overwrites no input."""
-    parent = out.parent if str(out.parent) else Path()
-    if not parent.is_dir():
-        raise ConfigError(f"output directory {parent} does not exist")
-    if out.is_dir():
-        raise ConfigError(f"output {out} is a directory")
-    for p in inputs:
-        if out.resolve() == p.resolve():
-            raise ConfigError(f"output {out} would overwrite input file {p}")
 
 
 def _write_output(op: SemiStreamJoin, feed: Iterator[pa.Table], out: Path, stats: _RunStats) -> int:

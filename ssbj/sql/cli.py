@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import ssbj.core.multiway as multiway
 from ssbj.core.multiway.spec import MultiWaySpec
 from ssbj.errors import ConfigError, DependencyError, InputError
+from ssbj.files import check_output, file_format, open_stream, read_schema, read_table
 from ssbj.sql.compile import compile_sql
-from ssbj.sql.files import check_output, file_format, open_stream, read_schema, read_table
 from ssbj.sql.parse import parse_schema_ddl
 from ssbj.sql.plan import build_plan, render
 from ssbj.sql.tsc import check_conversion, convert

@@ -1,8 +1,7 @@
-"""Parquet and CSV inputs of ``ssbj query`` / ``ssbj explain``, read as ``ssbj join`` reads them.
+"""Parquet and CSV input files of the file commands (``ssbj join``, ``ssbj plan``, ``ssbj query``).
 
-The readers of ``ssbj join`` live in ``ssbj/cli.py``, a layer above this package; these are
-the same rules (format by extension, InputError naming the role and the file, CSV read
-whole because its types need all rows, the stream regrouped into fixed-size batches).
+One set of rules: format by extension, an InputError naming the role and the file, a CSV
+read whole where its types need all rows, the stream regrouped into fixed-size batches.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import pyarrow.parquet as pq
 
 from ssbj.errors import ConfigError, InputError
 
-__all__ = ["check_output", "file_format", "open_stream", "read_schema", "read_table"]
+__all__ = ["check_output", "file_format", "open_stream", "read_error", "read_schema", "read_table", "rebatch"]
 
 _CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
 
@@ -42,7 +41,8 @@ def file_format(path: Path, role: str) -> str:
     raise InputError(f"{role} file {path} has an unsupported file type (expected .parquet, .pq, .csv or .csv.gz)")
 
 
-def _read_error(role: str, path: Path, fmt: str, exc: BaseException) -> InputError:
+def read_error(role: str, path: Path, fmt: str, exc: BaseException) -> InputError:
+    """InputError for a file that exists but cannot be read in its format."""
     kind = "Parquet" if fmt == "parquet" else "CSV"
     return InputError(f"cannot read {role} file {path} as {kind}: {_one_line(exc)}")
 
@@ -55,7 +55,7 @@ def read_schema(path: Path, role: str) -> pa.Schema:
             return pq.read_schema(path).remove_metadata()
         return pacsv.read_csv(path).schema
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _read_error(role, path, fmt, exc) from exc
+        raise read_error(role, path, fmt, exc) from exc
 
 
 def read_table(path: Path, role: str, columns: Iterable[str]) -> pa.Table:
@@ -66,10 +66,11 @@ def read_table(path: Path, role: str, columns: Iterable[str]) -> pa.Table:
         table = pq.read_table(path, columns=cols) if fmt == "parquet" else pacsv.read_csv(path)
         return table.select(cols).replace_schema_metadata(None)
     except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
-        raise _read_error(role, path, fmt, exc) from exc
+        raise read_error(role, path, fmt, exc) from exc
 
 
-def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+def rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Regroup record batches into tables of exactly ``rows`` rows (the last may be shorter)."""
     pending: list[pa.RecordBatch] = []
     n = 0
     for batch in batches:
@@ -100,9 +101,9 @@ def open_stream(path: Path, columns: Iterable[str], batch_rows: int) -> Iterator
                 for b in reader:
                     yield b.select(cols)
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
-            raise _read_error("stream", path, fmt, exc) from exc
+            raise read_error("stream", path, fmt, exc) from exc
 
-    return _rebatch(batches(), batch_rows)
+    return rebatch(batches(), batch_rows)
 
 
 def check_output(out: Path, inputs: Iterable[Path]) -> None:
