@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssbj.core.multiway.keyindex import KeyIndex
+from ssbj.errors import StateError
 
 MAX_CANDIDATES = 2048
 MAX_COUNTED = 1 << 15  # distinct values the per-cycle counts keep (the most frequent)
@@ -64,6 +65,12 @@ class EdgeCache:
         self.served += int(hit.sum())
         return hit, left, right
 
+    def served_rows(self) -> pa.Table:
+        """Return the cached master rows :meth:`serve` numbers."""
+        if self.rows is None:
+            raise StateError("the cache holds no rows")
+        return self.rows
+
     # ------------------------------------------------------------------ statistics
     def count(self, keys: Sequence[pa.Array | pa.ChunkedArray]) -> None:
         """Count arriving values (NULL keys never match, so they are not counted)."""
@@ -75,7 +82,9 @@ class EdgeCache:
         t = t.filter(valid)
         if t.num_rows == 0:
             return
-        self.counts.append(t.group_by(t.column_names).aggregate([([], "count_all")]).rename_columns([*t.column_names, "n"]))
+        self.counts.append(
+            t.group_by(t.column_names).aggregate([([], "count_all")]).rename_columns([*t.column_names, "n"])
+        )
         if len(self.counts) > 16:
             self.counts = [self._merged_counts()]
 
@@ -97,7 +106,7 @@ class EdgeCache:
             self.collected.append(part.filter(pa.array(mask)))
 
     def end_cycle(self, v_r: float, v_s: float, master_schema: pa.Schema) -> None:
-        """The master's R-cycle ended: admit, evict, pick the next candidates."""
+        """End the master's R-cycle: admit, evict, pick the next candidates."""
         counts = self._merged_counts() if self.counts else None
         self.counts = []
         pools: list[tuple[pa.Table, pa.Table]] = []  # (keys, rows)
@@ -126,8 +135,8 @@ class EdgeCache:
                 n[c_left] = n_all[c_right]
                 per_row = rows.nbytes / max(rows.num_rows, 1)
                 per_key = keys.nbytes / max(keys.num_rows, 1)
-                for j in np.flatnonzero(m * v_r < n * v_s):
-                    entries.append((float(n[j] * v_s - m[j] * v_r), pi, int(j), per_key + m[j] * per_row))
+                for jj in np.flatnonzero(m * v_r < n * v_s):
+                    entries.append((float(n[jj] * v_s - m[jj] * v_r), pi, int(jj), float(per_key + m[jj] * per_row)))
             entries.sort(key=lambda e: -e[0])
             used = 0.0
             chosen: list[list[int]] = [[] for _ in pools]
@@ -141,9 +150,7 @@ class EdgeCache:
                     keep_keys.append(keys.take(sel))
                     keep_rows.append(rows.take(r_left[np.isin(r_right, sel)]))
         self.keys = pa.concat_tables(keep_keys, promote_options="permissive") if keep_keys else None
-        self.rows = (
-            pa.concat_tables(keep_rows, promote_options="permissive").combine_chunks() if keep_rows else None
-        )
+        self.rows = pa.concat_tables(keep_rows, promote_options="permissive").combine_chunks() if keep_rows else None
         self.admitted = 0 if self.keys is None else self.keys.num_rows
         self._index()
         # next candidates: the most frequent values not cached, seen at least twice

@@ -31,7 +31,7 @@ def _plain_key(a: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
 
 
 def common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    """The type both sides of an equi-join predicate are compared in."""
+    """Return the type both sides of an equi-join predicate are compared in."""
     if a.equals(b):
         return a
     if pa.types.is_integer(a) and pa.types.is_integer(b):
@@ -93,7 +93,7 @@ class KeyIndex:
         self.rows = rows[order]  # master row numbers, sorted by code
         self.codes = codes[self.rows]
         self.num_rows = n
-        self.keys = int(len(np.unique(self.codes))) if len(self.codes) else 0
+        self.keys = len(np.unique(self.codes)) if len(self.codes) else 0
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +102,7 @@ class KeyIndex:
         return int(self.rows.nbytes + self.codes.nbytes + dense + sum(u.nbytes for u in self._uniq))
 
     def probe_codes(self, keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
-        """Combined code of each probing row, or -1 where a key is NULL or not among the master's."""
+        """Return the combined code of each probing row, or -1 where a key is NULL or not among the master's."""
         n = len(keys[0])
         codes = np.zeros(n, dtype=np.int64)
         valid = np.ones(n, dtype=bool)

@@ -89,7 +89,9 @@ class MultiWayJoin:
         self._needs = [p.needs for p in self.edges]
         init = tuple(range(len(self.edges))) if initial_order is None else tuple(initial_order)
         if sorted(init) != list(range(len(self.edges))) or not O.valid(init, self._needs):
-            raise ConfigError(f"initial_order {init} is not an order of the edges that probes each input after it is joined")
+            raise ConfigError(
+                f"initial_order {init} is not an order of the edges that probes each input after it is joined"
+            )
         self.initial_order = init
         self.orders: list[tuple[int, ...]] = [init]
         self.store: WaitingStore = store if store is not None else MemoryStore()
@@ -101,7 +103,9 @@ class MultiWayJoin:
             for p in scanned:
                 cap = int(cache_share * memory_budget / max(len(scanned), 1))
                 self.caches[p.index] = EdgeCache(len(p.key_cols), p.key_cols, cap)
-        self.estats = [O.EdgeStats(kappa=float(p.index_.keys if p.index_ is not None else p.table.num_rows)) for p in self.edges]
+        self.estats = [
+            O.EdgeStats(kappa=float(p.index_.keys if p.index_ is not None else p.table.num_rows)) for p in self.edges
+        ]
         self._p = [0] * len(self.edges)  # next partition of each scanned master
         self._chunks: dict[int, list[Chunk]] = {p.index: [] for p in scanned}
         self._next_chunk = 0
@@ -213,8 +217,7 @@ class MultiWayJoin:
             p = self.edges[order[pos]]
             keys = [table.column(c) for c in p.probe_cols]
             if p.held:
-                assert p.index_ is not None
-                left, right = p.index_.match(keys)
+                left, right = p.held_index().match(keys)
                 table = self._resolve(table, left, right, p.table, p, None)
                 pos += 1
                 continue
@@ -223,8 +226,7 @@ class MultiWayJoin:
                 cache.count(keys)
                 hit, left, right = cache.serve(keys)
                 if hit.any():
-                    assert cache.rows is not None
-                    served = self._resolve(table, left, right, cache.rows, p, hit)
+                    served = self._resolve(table, left, right, cache.served_rows(), p, hit)
                     self.counters["served_by_cache"] += int(hit.sum())
                     self._route(served, oid, pos + 1, out)
                     table = table.filter(pa.array(~hit))
@@ -327,7 +329,7 @@ class MultiWayJoin:
 
     # ------------------------------------------------------------------ probe order
     def edge_costs(self, smoothing: bool = True) -> list[O.EdgeCost]:
-        """The cost model's view of every edge for the coming cycle."""
+        """Return the cost model's view of every edge for the coming cycle."""
         costs = []
         for p, st in zip(self.edges, self.estats, strict=True):
             g, m, kap = st.estimate(smoothing)
@@ -359,12 +361,9 @@ class MultiWayJoin:
             "initial_order": [self.edges[e].edge.master for e in self.initial_order],
             "final_order": [self.edges[e].edge.master for e in self.order],
             "reorder_log": [
-                {"step": r["step"], "order": [self.edges[e].edge.master for e in r["order"]]}
-                for r in self._reorder_log
+                {"step": r["step"], "order": [self.edges[e].edge.master for e in r["order"]]} for r in self._reorder_log
             ],
-            "masters": {
-                p.edge.master: {"held": p.held, "partitions": p.k, "partition_rows": p.b} for p in self.edges
-            },
+            "masters": {p.edge.master: {"held": p.held, "partitions": p.k, "partition_rows": p.b} for p in self.edges},
             "cache_values": {self.edges[i].edge.master: c.admitted for i, c in self.caches.items()},
         }
 
@@ -385,7 +384,7 @@ class MultiWayJoin:
         checkpoint_id: int | None = None,
         **options: Any,
     ) -> MultiWayJoin:
-        """An operator in exactly the state saved by :meth:`checkpoint` (same options)."""
+        """Return an operator in exactly the state saved by :meth:`checkpoint` (same options)."""
         from ssbj.core.multiway.persist import load
 
         op = cls(spec, masters, memory_budget, **options)

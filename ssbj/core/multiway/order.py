@@ -148,7 +148,7 @@ def valid(order: Sequence[int], needs: Sequence[int | None]) -> bool:
 
 
 def dp_pick(costs: Sequence[EdgeCost], needs: Sequence[int | None]) -> tuple[int, ...]:
-    """The cheapest valid order under :func:`order_cost`, by DP over the edges still to probe."""
+    """Return the cheapest valid order under :func:`order_cost`, by DP over the edges still to probe."""
     n = len(costs)
     memo: dict[int, tuple[float, tuple[int, ...]]] = {0: (0.0, ())}
 
@@ -156,7 +156,7 @@ def dp_pick(costs: Sequence[EdgeCost], needs: Sequence[int | None]) -> tuple[int
         if remaining in memo:
             return memo[remaining]
         done = ((1 << n) - 1) & ~remaining
-        result = (math.inf, ())
+        result: tuple[float, tuple[int, ...]] = (math.inf, ())
         for e in range(n):
             if not remaining >> e & 1:
                 continue
@@ -192,7 +192,7 @@ def _step_by_step(costs: Sequence[EdgeCost], needs: Sequence[int | None], key: s
 def choose(
     policy: str, initial: tuple[int, ...], costs: Sequence[EdgeCost], needs: Sequence[int | None]
 ) -> tuple[int, ...]:
-    """The probe order for the coming cycle under ``policy``."""
+    """Return the probe order for the coming cycle under ``policy``."""
     if policy == "fixed":
         return initial
     if policy in ("dppick", "dppick-nosmooth"):

@@ -17,7 +17,7 @@ import pyarrow as pa
 from ssbj.core.arrowtypes import plain_table
 from ssbj.core.multiway.keyindex import KeyIndex
 from ssbj.core.multiway.spec import JoinEdge, MultiWaySpec
-from ssbj.errors import ConfigError, InputError
+from ssbj.errors import ConfigError, InputError, StateError
 
 INDEX_BYTES_PER_ROW = 16  # row number and code of the ordered index, int64 each
 
@@ -85,6 +85,12 @@ class EdgePlan:
     def left(self) -> bool:
         """A left edge NULL-extends rows without a match."""
         return self.edge.kind == "left"
+
+    def held_index(self) -> KeyIndex:
+        """Return the index of a master held whole."""
+        if self.index_ is None:
+            raise StateError(f"master {self.edge.master!r} is scanned, not held whole")
+        return self.index_
 
     def held_bytes(self) -> int:
         """Bytes of a master held whole: the table and its index."""
@@ -168,7 +174,7 @@ def build_edges(
 
 
 def null_columns(p: EdgePlan, n: int) -> list[pa.Array]:
-    """The master's columns of ``n`` NULL-extended rows."""
+    """Return the master's columns of ``n`` NULL-extended rows."""
     return [pa.nulls(n, t) for t in p.master_types]
 
 

@@ -6,6 +6,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from string import Template
 from typing import Any
 
 import duckdb
@@ -15,6 +16,23 @@ import pyarrow.compute as pc
 
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.multiway import JoinEdge, MasterInput, MultiWayJoin, MultiWaySpec, OutputColumn
+
+# the SQL each case states, written by hand from its spec (join kinds and filters substituted)
+STAR_SQL = Template("""
+    SELECT s.id AS sid, s.ka AS ka, a.x AS ax, b.y AS "by", c.z AS cz, s.v AS v
+    FROM s
+    $j0 (SELECT * FROM A WHERE $fa) a ON a.k = s.ka
+    $j1 B b ON b.k1 = s.kb AND b.k2 = s.tag
+    $j2 C c ON c.k = s.kc
+    WHERE $fs
+""")
+CHAIN_SQL = Template("""
+    SELECT o.okey AS okey, c.cname AS cname, n.nname AS nname, p.pname AS pname
+    FROM o
+    $j0 customer c ON c.custkey = o.custkey
+    $j1 nation n ON n.nationkey = c.nationkey
+    $j2 part p ON p.partkey = o.partkey
+""")
 
 
 def _keys(rng: np.random.Generator, n: int, domain: int, null_frac: float) -> pa.Array:
@@ -57,9 +75,7 @@ def star_case(seed: int, kinds: tuple[str, str, str], filters: bool, n_stream: i
             "y": pa.array([f"y{x}" for x in rng.integers(0, 50, nb)], pa.string()),
         }
     )
-    c = pa.table(
-        {"k": pa.array(rng.integers(0, d, nc), pa.int32()), "z": pa.array(rng.random(nc))}
-    )
+    c = pa.table({"k": pa.array(rng.integers(0, d, nc), pa.int32()), "z": pa.array(rng.random(nc))})
     fl = {}
     fa = fs = "TRUE"
     if filters:
@@ -89,14 +105,7 @@ def star_case(seed: int, kinds: tuple[str, str, str], filters: bool, n_stream: i
         filters=fl,
     )
     j = {"inner": "JOIN", "left": "LEFT JOIN"}
-    sql = f"""
-        SELECT s.id AS sid, s.ka AS ka, a.x AS ax, b.y AS "by", c.z AS cz, s.v AS v
-        FROM s
-        {j[kinds[0]]} (SELECT * FROM A WHERE {fa}) a ON a.k = s.ka
-        {j[kinds[1]]} B b ON b.k1 = s.kb AND b.k2 = s.tag
-        {j[kinds[2]]} C c ON c.k = s.kc
-        WHERE {fs}
-    """
+    sql = STAR_SQL.substitute(j0=j[kinds[0]], j1=j[kinds[1]], j2=j[kinds[2]], fa=fa, fs=fs)
     return Case(spec, s, {"A": a, "B": b, "C": c}, sql)
 
 
@@ -144,13 +153,7 @@ def chain_case(seed: int, kinds: tuple[str, str, str], n_stream: int = 300) -> C
         ),
     )
     j = {"inner": "JOIN", "left": "LEFT JOIN"}
-    sql = f"""
-        SELECT o.okey AS okey, c.cname AS cname, n.nname AS nname, p.pname AS pname
-        FROM o
-        {j[kinds[0]]} customer c ON c.custkey = o.custkey
-        {j[kinds[1]]} nation n ON n.nationkey = c.nationkey
-        {j[kinds[2]]} part p ON p.partkey = o.partkey
-    """
+    sql = CHAIN_SQL.substitute(j0=j[kinds[0]], j1=j[kinds[1]], j2=j[kinds[2]])
     return Case(spec, o, {"customer": cust, "nation": nation, "part": part}, sql)
 
 
