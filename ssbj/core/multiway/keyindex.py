@@ -53,6 +53,30 @@ def _cast(a: pa.Array | pa.ChunkedArray, t: pa.DataType) -> pa.Array | pa.Chunke
         raise InputError(f"join key of type {a.type} cannot be compared with {t}: {exc}") from exc
 
 
+def _kind(t: pa.DataType) -> str | None:
+    """'i' or 'f' when keys of this type are compared as NumPy int64 / float64, else None."""
+    if pa.types.is_integer(t):
+        return "i"
+    if pa.types.is_floating(t):
+        return "f"
+    return None
+
+
+def _numpy(col: pa.Array | pa.ChunkedArray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Values (NULL as 0) and validity of a numeric key column."""
+    t = pa.int64() if kind == "i" else pa.float64()
+    valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    vals = np.asarray(pc.fill_null(col.cast(t), 0).to_numpy(zero_copy_only=False))
+    return vals, valid
+
+
+def _sorted_codes(vals: np.ndarray, valid: np.ndarray, uniq: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(uniq, vals)
+    ok = valid & (pos < len(uniq))
+    ok[ok] &= uniq[pos[ok]] == vals[ok]
+    return np.where(ok, pos, -1).astype(np.int64)
+
+
 def _codes(col: pa.Array | pa.ChunkedArray, uniq: pa.Array) -> np.ndarray:
     idx = pc.index_in(col, value_set=uniq, skip_nulls=True)
     out: np.ndarray = np.asarray(pc.fill_null(idx, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -71,11 +95,23 @@ class KeyIndex:
         codes = np.zeros(n, dtype=np.int64)
         valid = np.ones(n, dtype=bool)
         card = 1
+        self._num: list[np.ndarray | None] = []  # sorted distinct values of a numeric key column
         for col in keys:
             col = _plain_key(col)
-            uniq = pc.unique(pc.drop_null(col))
-            uniq = uniq.combine_chunks() if isinstance(uniq, pa.ChunkedArray) else uniq
-            c = _codes(col, uniq)
+            kind = _kind(col.type)
+            if kind is not None:
+                # numeric keys: codes are positions in the sorted distinct values (no hash table
+                # to rebuild per probe, as pc.index_in would)
+                vals, ok = _numpy(col, kind)
+                nu = np.unique(vals[ok])
+                c = _sorted_codes(vals, ok, nu)
+                uniq = pa.array(nu)
+                self._num.append(nu)
+            else:
+                uniq = pc.unique(pc.drop_null(col))
+                uniq = uniq.combine_chunks() if isinstance(uniq, pa.ChunkedArray) else uniq
+                c = _codes(col, uniq)
+                self._num.append(None)
             valid &= c >= 0
             size = max(len(uniq), 1)
             if card * size >= _DENSIFY:
@@ -99,17 +135,26 @@ class KeyIndex:
     def nbytes(self) -> int:
         """Bytes of the index itself (the rows it points to are counted with their table)."""
         dense = sum(d.nbytes for d in self._dense if d is not None)
-        return int(self.rows.nbytes + self.codes.nbytes + dense + sum(u.nbytes for u in self._uniq))
+        num = sum(u.nbytes for u in self._num if u is not None)
+        return int(self.rows.nbytes + self.codes.nbytes + dense + num + sum(u.nbytes for u in self._uniq))
 
     def probe_codes(self, keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
         """Return the combined code of each probing row, or -1 where a key is NULL or not among the master's."""
         n = len(keys[0])
         codes = np.zeros(n, dtype=np.int64)
         valid = np.ones(n, dtype=bool)
-        for col, uniq, dense in zip(keys, self._uniq, self._dense, strict=True):
+        for col, uniq, dense, nu in zip(keys, self._uniq, self._dense, self._num, strict=True):
             col = _plain_key(col)
-            t = common_type(uniq.type, col.type)
-            c = _codes(_cast(col, t), _cast(uniq, t))
+            kind = _kind(col.type)
+            if nu is not None and kind == _kind(uniq.type):
+                vals, ok = _numpy(col, kind)
+                c = _sorted_codes(vals, ok, nu)
+            elif nu is not None and kind is not None:  # int against float: compare as float
+                vals, ok = _numpy(col, "f")
+                c = _sorted_codes(vals, ok, nu.astype(np.float64))
+            else:
+                t = common_type(uniq.type, col.type)
+                c = _codes(_cast(col, t), _cast(uniq, t))
             valid &= c >= 0
             if dense is not None:
                 pos = np.searchsorted(dense, codes)
