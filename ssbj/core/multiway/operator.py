@@ -120,6 +120,7 @@ class MultiWayJoin:
             "partitions_read": 0,
             "served_by_cache": 0,
             "reorders": 0,
+            "rows_probed": 0,  # rows that probed an edge (held, cache, or entering a scan)
         }
         self.busy_seconds = 0.0
         self._peak = 0
@@ -250,6 +251,7 @@ class MultiWayJoin:
         q = int(among.sum()) if among is not None else table.num_rows
         hit_rows = np.unique(left)
         self.estats[p.index].note(q, len(hit_rows), len(left))
+        self.counters["rows_probed"] += q
         res = joined(table, left, master, right, p)
         if p.left:
             miss = np.ones(table.num_rows, bool) if among is None else among.copy()
@@ -269,6 +271,7 @@ class MultiWayJoin:
         self.store.put(p.index, cid, table, matched)
         self._chunks[p.index].append(Chunk(cid, p.index, oid, pos, 0, table.num_rows, width))
         self.estats[p.index].note(table.num_rows, 0, 0)
+        self.counters["rows_probed"] += table.num_rows
 
     def _scan(self, p: EdgePlan, out: list[pa.Table]) -> None:
         k = self._p[p.index]

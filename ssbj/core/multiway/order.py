@@ -46,11 +46,17 @@ class Holt:
     level: float | None = None
     trend: float = 0.0
     last: float | None = None
+    n: int = 0
 
     def update(self, x: float) -> None:
-        """Add one observation."""
+        """Add one observation (the trend starts as the first difference)."""
         self.last = x
+        self.n += 1
         if self.level is None:
+            self.level = x
+            return
+        if self.n == 2:
+            self.trend = x - self.level
             self.level = x
             return
         prev = self.level
