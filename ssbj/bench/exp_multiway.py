@@ -124,10 +124,7 @@ def exp_multiway_order(bench: Bench) -> Json:
         rows = {p: r["rows"] for p, r in runs[name].items()}
         if len(set(rows.values())) != 1:
             raise AssertionError(f"policies disagree on the result size: {rows}")
-        bench.log(
-            f"multiway_order {name}: "
-            + ", ".join(f"{p} {r['seconds']:.3f}s" for p, r in runs[name].items())
-        )
+        bench.log(f"multiway_order {name}: " + ", ".join(f"{p} {r['seconds']:.3f}s" for p, r in runs[name].items()))
 
     def change(a: str, b: str) -> list[float]:
         return [runs[o][a]["seconds"] / runs[o][b]["seconds"] - 1.0 for o in runs]
@@ -183,7 +180,7 @@ def exp_multiway_spill(bench: Bench) -> Json:
     from ssbj.adapters.lsmstore import LsmStore  # the bench layer may use adapters
 
     small = bench.p.name != "full"
-    n_stream, n_master, step, parts = (200_000, 20_000, 10_000, 40) if small else (1_000_000, 100_000, 25_000, 80)
+    n_stream, n_master, step, parts = (600_000, 20_000, 10_000, 40) if small else (2_000_000, 100_000, 25_000, 80)
     spec, stream, masters = spill_case(n_stream, n_master, bench.seed)
     b = n_master // parts
     opts: dict[str, Any] = {"hold": {"c": False}, "partition_rows": b, "use_cache": False}
@@ -219,10 +216,10 @@ def exp_multiway_spill(bench: Bench) -> Json:
     # the waiting state of one R-cycle: about ``parts`` steps of ``step`` rows
     row_bytes = stream.slice(0, 1000).nbytes / 1000
     need = int(parts * step * row_bytes)
-    budget = need // 8
+    budget = need // 4
     big = run(need * 4, None)
     mem = run(budget, None)
-    lsm = run(budget, LsmStore(memtable_bytes=1 << 20, block_cache_bytes=1 << 20))
+    lsm = run(budget, LsmStore(memtable_bytes=512 << 10, block_cache_bytes=512 << 10))
     if lsm.get("completed") and big.get("completed") and lsm["result"] != big["result"]:
         raise AssertionError("the LSM run's result differs from the in-memory run's")
     for r in (big, lsm):
