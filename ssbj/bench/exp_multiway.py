@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -57,7 +58,7 @@ SIZES = {
 
 
 def star_data(n: int, step: int, dims: tuple[int, ...], seed: int) -> tuple[pa.Table, dict[str, pa.Table]]:
-    """The drifting star: in phase ``k`` dimension ``k % 4`` matches ~5% of the rows, the others ~95%."""
+    """Return the drifting star: in phase ``k`` dimension ``k % 4`` matches ~5% of the rows, the others ~95%."""
     rng = np.random.default_rng(seed)
     steps = -(-n // step)
     phase_len = max(8, steps // 6)
@@ -149,7 +150,7 @@ def exp_multiway_order(bench: Bench) -> Json:
 
 
 def spill_case(n_stream: int, n_master: int, seed: int) -> tuple[MultiWaySpec, pa.Table, dict[str, pa.Table]]:
-    """orders -> customer (many-to-many on a non-unique column), customer scanned."""
+    """Return orders -> customer (many-to-many on a non-unique column), customer scanned."""
     rng = np.random.default_rng(seed)
     stream = pa.table(
         {
@@ -239,7 +240,7 @@ def exp_multiway_spill(bench: Bench) -> Json:
 
 
 def markdown(res: dict[str, Json], command: str) -> str:
-    """The report ``bench/results/multiway.md``."""
+    """Return the report ``bench/results/multiway.md``."""
     lines = ["# Multi-way join: probe order (dpPick) and the LSM-tree waiting store", "", f"Command: `{command}`", ""]
     o = res.get("multiway_order")
     if o:
@@ -247,7 +248,8 @@ def markdown(res: dict[str, Json], command: str) -> str:
             f"## dpPick ({o['stream_rows']:,} stream rows, {o['rows_per_step']:,} per step, 4-way star, "
             f"dimensions {o['dimension_rows']}, statistics period {o['period_steps']} steps)",
             "",
-            "Busy seconds (median of 3 interleaved runs) per initial order (first two letters of each dimension, probe order left to right):",
+            "Busy seconds (median of 3 interleaved runs) per initial order (first two letters of each "
+            "dimension, probe order left to right):",
             "",
             "| initial order | " + " | ".join(POLICIES_RUN) + " |",
             "|---|" + "---:|" * len(POLICIES_RUN),
@@ -287,7 +289,8 @@ def markdown(res: dict[str, Json], command: str) -> str:
         )
         if s["lsm_throughput_vs_memory"] is not None:
             lines.append(
-                f"* cost of spilling: the LSM run's busy time is {s['lsm_throughput_vs_memory']:.2f}x the in-memory run's"
+                f"* cost of spilling: the LSM run's busy time is {s['lsm_throughput_vs_memory']:.2f}x "
+                "the in-memory run's"
             )
         lines.append("")
     return "\n".join(lines)
@@ -301,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    bench = Bench(PRESETS[args.scale], Path("/tmp"), args.seed)
+    bench = Bench(PRESETS[args.scale], Path(tempfile.gettempdir()), args.seed)
     command = "python -m ssbj.bench.exp_multiway " + " ".join(argv if argv is not None else sys.argv[1:])
     res: dict[str, Json] = {}
     t0 = time.perf_counter()
