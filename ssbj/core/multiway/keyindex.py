@@ -146,7 +146,7 @@ class KeyIndex:
         for col, uniq, dense, nu in zip(keys, self._uniq, self._dense, self._num, strict=True):
             col = _plain_key(col)
             kind = _kind(col.type)
-            if nu is not None and kind == _kind(uniq.type):
+            if nu is not None and kind is not None and kind == _kind(uniq.type):
                 vals, ok = _numpy(col, kind)
                 c = _sorted_codes(vals, ok, nu)
             elif nu is not None and kind is not None:  # int against float: compare as float
