@@ -33,8 +33,8 @@ from ssbj.core.multiway.edgecache import EdgeCache
 from ssbj.core.multiway.keyindex import KeyIndex
 from ssbj.core.multiway.plan import EdgePlan, build_edges, joined, needed_columns, null_extended, prepare_input, qual
 from ssbj.core.multiway.spec import MultiWaySpec
-from ssbj.core.multiway.store import MemoryStore, WaitingStore
-from ssbj.errors import ConfigError
+from ssbj.core.multiway.store import MemoryStore, WaitingStateOverflow, WaitingStore
+from ssbj.errors import ConfigError, InputError
 
 StoreFactory = Callable[[], WaitingStore]
 
@@ -146,10 +146,13 @@ class MultiWayJoin:
     def _fit_store(self) -> None:
         limit = self.budget - self.fixed_bytes()
         if limit <= 0:
-            raise ConfigError(
+            msg = (
                 f"memory_budget {self.budget} leaves no room for waiting tuples: the masters held whole, the "
                 f"partition buffers and caches take {self.fixed_bytes()} bytes"
             )
+            if self._step == 0 and not any(self._chunks.values()):
+                raise ConfigError(msg)
+            raise WaitingStateOverflow(msg)
         self.store.set_limit(limit)
 
     def memory(self) -> dict[str, int]:
@@ -185,6 +188,11 @@ class MultiWayJoin:
             rows = prepare_input(table, self.spec.stream, self._need[self.spec.stream], self.spec)
             if self._stream_schema is None:
                 self._stream_schema = rows.schema
+            elif not rows.schema.equals(self._stream_schema):
+                try:  # later batches in the types of the first (a file's batches may differ in width)
+                    rows = rows.cast(self._stream_schema)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                    raise InputError(f"stream batch does not match the first batch's columns: {exc}") from exc
             self.counters["tuples_filtered"] += n - rows.num_rows
             if rows.num_rows:
                 self._route(rows, len(self.orders) - 1, 0, out)

@@ -120,3 +120,27 @@ def test_memory_store_refuses_to_overrun() -> None:
     with pytest.raises(WaitingStateOverflow, match="LSM"):
         s.put(0, 1, t, None)
     assert s.memory_bytes() == t.nbytes
+
+
+def test_bad_options_are_config_errors() -> None:
+    from ssbj.core.multiway import MultiWayJoin
+    from ssbj.errors import ConfigError
+
+    case = chain_case(1, ("inner", "inner", "inner"))
+    with pytest.raises(ConfigError, match="initial_order"):
+        MultiWayJoin(case.spec, case.masters, 1 << 20, initial_order=(1, 0, 2))  # nation before customer
+    with pytest.raises(ConfigError, match="order_policy"):
+        MultiWayJoin(case.spec, case.masters, 1 << 20, order_policy="random")
+    with pytest.raises(ConfigError, match="no room"):
+        MultiWayJoin(case.spec, case.masters, 64, hold={"c": True, "n": True, "p": True})
+
+
+def test_later_batches_are_cast_to_the_first_batch_types() -> None:
+    import pyarrow as pa
+
+    case = star_case(2, ("left", "left", "left"), False, n_stream=200)
+    narrow = case.stream.slice(100).cast(
+        pa.schema([f.with_type(pa.int32()) if f.name in ("ka", "kb", "kc") else f for f in case.stream.schema])
+    )
+    got = multiset(list(run_query(case.spec, [case.stream.slice(0, 100), narrow], case.masters, 1 << 24)))
+    assert got == duckdb_answer(case)
