@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ssbj.adapters.lsmstore import LsmStore
 from ssbj.bench.harness import PRESETS, Bench, Json
 from ssbj.core.multiway import (
     JoinEdge,
@@ -57,8 +58,16 @@ SIZES = {
 }
 
 
-def star_data(n: int, step: int, dims: tuple[int, ...], seed: int) -> tuple[pa.Table, dict[str, pa.Table]]:
-    """Return the drifting star: in phase ``k`` dimension ``k % 4`` matches ~5% of the rows, the others ~95%."""
+def star_data(
+    n: int, step: int, dims: tuple[int, ...], seed: int, drift: str = "phases"
+) -> tuple[pa.Table, dict[str, pa.Table]]:
+    """Return the drifting star.
+
+    ``phases``: in phase ``k`` dimension ``k % 4`` matches ~5% of the rows (ramped down over
+    3 steps), the others ~95%. ``gradual``: each dimension's match rate follows a sine
+    between 5% and 95%, a quarter period apart, two periods over the stream (a trend a
+    forecast can follow).
+    """
     rng = np.random.default_rng(seed)
     steps = -(-n // step)
     phase_len = max(8, steps // 6)
@@ -66,9 +75,12 @@ def star_data(n: int, step: int, dims: tuple[int, ...], seed: int) -> tuple[pa.T
     cols: dict[str, Any] = {"ss_id": np.arange(n, dtype=np.int64), "ss_amount": rng.random(n)}
     masters: dict[str, pa.Table] = {}
     for d, (name, size) in enumerate(zip(DIMS, dims, strict=True)):
-        phase = t // phase_len
-        into = (t % phase_len) / 3.0  # ramp over the first 3 steps of a phase
-        sel = np.where(phase % 4 == d, 0.95 - 0.9 * np.minimum(into, 1.0), 0.95)
+        if drift == "phases":
+            phase = t // phase_len
+            into = (t % phase_len) / 3.0
+            sel = np.where(phase % 4 == d, 0.95 - 0.9 * np.minimum(into, 1.0), 0.95)
+        else:
+            sel = 0.5 + 0.45 * np.sin(2 * np.pi * 2 * t / steps + d * np.pi / 2)
         hit = rng.random(n) < sel
         keys = np.where(hit, rng.integers(0, size, n), rng.integers(size, 2 * size, n))
         cols[f"{name}_sk"] = keys.astype(np.int64)
@@ -132,6 +144,17 @@ def exp_multiway_order(bench: Bench) -> Json:
             raise AssertionError(f"policies disagree on the result size: {rows}")
         bench.log(f"multiway_order {name}: " + ", ".join(f"{p} {r['seconds']:.3f}s" for p, r in runs[name].items()))
 
+    # the smoothing ablation again on a gradual drift (rows probed: deterministic, one run each)
+    g_stream, g_masters = star_data(n, step, dims, bench.seed, drift="gradual")
+    gradual: dict[str, dict[str, int]] = {}
+    for order in itertools.permutations(range(4)):
+        name = "".join(DIMS[e][:2] for e in order)
+        gradual[name] = {
+            pol: _run(spec, g_stream, g_masters, step, order_policy=pol, initial_order=order, period=2)["rows_probed"]
+            for pol in ("fixed", "selectivity", "dppick", "dppick-nosmooth")
+        }
+    bench.log("multiway_order gradual drift: " + json.dumps(next(iter(gradual.values()))))
+
     def change(a: str, b: str) -> list[float]:
         return [runs[o][a]["seconds"] / runs[o][b]["seconds"] - 1.0 for o in runs]
 
@@ -156,6 +179,11 @@ def exp_multiway_order(bench: Bench) -> Json:
         "period_steps": 2,
         "runs": runs,
         "summary": summary,
+        "gradual_rows_probed": gradual,
+        "gradual_summary": {
+            f"dppick_vs_{b}": float(np.mean([g["dppick"] / g[b] - 1.0 for g in gradual.values()]))
+            for b in ("fixed", "selectivity", "dppick-nosmooth")
+        },
     }
 
 
@@ -188,8 +216,6 @@ def spill_case(n_stream: int, n_master: int, seed: int) -> tuple[MultiWaySpec, p
 
 def exp_multiway_spill(bench: Bench) -> Json:
     """In-memory store over budget vs LSM-tree store within it; the throughput cost of spilling."""
-    from ssbj.adapters.lsmstore import LsmStore  # the bench layer may use adapters
-
     small = bench.p.name != "full"
     n_stream, n_master, step, parts = (600_000, 20_000, 10_000, 40) if small else (2_000_000, 100_000, 25_000, 80)
     spec, stream, masters = spill_case(n_stream, n_master, bench.seed)
@@ -277,6 +303,9 @@ def markdown(res: dict[str, Json], command: str) -> str:
             "",
             "Rows probed (the work a probe order decides, free of timing noise), mean over the 24 orders: "
             + ", ".join(f"{p} {v:,.0f}" for p, v in probes.items()),
+            "",
+            "Gradual drift (match rates follow sines a quarter period apart), rows probed, dpPick's mean change "
+            "over the 24 orders: " + ", ".join(f"{k} {v:+.1%}" for k, v in o["gradual_summary"].items()),
             "",
         ]
     s = res.get("multiway_spill")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,27 +28,15 @@ import pyarrow as pa
 
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.multiway import order as O
+from ssbj.core.multiway import persist
 from ssbj.core.multiway.edgecache import EdgeCache
 from ssbj.core.multiway.keyindex import KeyIndex
 from ssbj.core.multiway.plan import EdgePlan, build_edges, joined, needed_columns, null_extended, prepare_input, qual
 from ssbj.core.multiway.spec import MultiWaySpec
-from ssbj.core.multiway.store import MemoryStore, WaitingStateOverflow, WaitingStore
+from ssbj.core.multiway.store import Chunk, MemoryStore, WaitingStateOverflow, WaitingStore
 from ssbj.errors import ConfigError, InputError
 
 StoreFactory = Callable[[], WaitingStore]
-
-
-@dataclass
-class Chunk:
-    """Bookkeeping of one waiting chunk (its rows are in the store)."""
-
-    id: int
-    edge: int
-    oid: int  # index of the probe order the rows follow
-    pos: int  # position of ``edge`` in that order
-    seen: int  # partitions met so far
-    rows: int
-    width: float  # bytes per row
 
 
 class MultiWayJoin:
@@ -381,9 +368,7 @@ class MultiWayJoin:
     # ------------------------------------------------------------------ checkpoint
     def checkpoint(self, store: DirectoryStore, checkpoint_id: int) -> None:
         """Save the state as checkpoint ``checkpoint_id`` (chunks are written once)."""
-        from ssbj.core.multiway.persist import save
-
-        save(self, store, checkpoint_id)
+        persist.save(self, store, checkpoint_id)
 
     @classmethod
     def restore(
@@ -396,8 +381,6 @@ class MultiWayJoin:
         **options: Any,
     ) -> MultiWayJoin:
         """Return an operator in exactly the state saved by :meth:`checkpoint` (same options)."""
-        from ssbj.core.multiway.persist import load
-
         op = cls(spec, masters, memory_budget, **options)
-        load(op, ckpt, checkpoint_id)
+        persist.load(op, ckpt, checkpoint_id)
         return op

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.multiway.order import EdgeStats, Holt
+from ssbj.core.multiway.store import Chunk
 from ssbj.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ def _holt(d: dict[str, Any]) -> Holt:
 
 def save(op: MultiWayJoin, store: DirectoryStore, cid: int) -> None:
     """Write checkpoint ``cid``."""
-    from ssbj.core.multiway.operator import Chunk  # noqa: F401  (layout documented there)
-
     files: list[str] = []
     flags: dict[str, np.ndarray] = {}
     chunks = []
@@ -84,8 +83,6 @@ def save(op: MultiWayJoin, store: DirectoryStore, cid: int) -> None:
 
 def load(op: MultiWayJoin, store: DirectoryStore, cid: int | None) -> None:
     """Put ``op`` (freshly built with the same spec and options) in the saved state."""
-    from ssbj.core.multiway.operator import Chunk
-
     cid, m = store.read_manifest(cid)
     if m.get("kind") != "multiway" or m["edges"] != [p.edge.master for p in op.edges]:
         raise CheckpointError(f"checkpoint {cid} in {store.path} is not of this multi-way join")

@@ -10,12 +10,26 @@ overrun), and the LSM-tree store in :mod:`ssbj.adapters.lsmstore`, which spills 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
 
 from ssbj.errors import StateError
+
+
+@dataclass
+class Chunk:
+    """Bookkeeping of one waiting chunk (its rows are in the store)."""
+
+    id: int
+    edge: int
+    oid: int  # index of the probe order the rows follow
+    pos: int  # position of ``edge`` in that order
+    seen: int  # partitions met so far
+    rows: int
+    width: float  # bytes per row
 
 
 class WaitingStateOverflow(StateError):
