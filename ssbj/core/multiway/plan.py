@@ -49,15 +49,24 @@ def needed_columns(spec: MultiWaySpec) -> dict[str, list[str]]:
     return need
 
 
+def apply_filter(table: pa.Table, alias: str, spec: MultiWaySpec) -> pa.Table:
+    """Rows of one input that pass its own predicate (NULL is false, as in SQL)."""
+    flt = spec.filters.get(alias)
+    if flt is None:
+        return table
+    try:
+        return table.filter(flt)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError) as exc:
+        raise InputError(f"multi-way join: the filter on {alias!r} cannot be applied to its columns: {exc}") from exc
+
+
 def prepare_input(table: pa.Table, alias: str, cols: list[str], spec: MultiWaySpec) -> pa.Table:
     """Filter (the input's own predicate), project and qualify one input's columns."""
     table = plain_table(table)
     missing = [c for c in cols if c not in table.column_names]
     if missing:
         raise InputError(f"multi-way join: input {alias!r} lacks columns {missing} (has {table.column_names})")
-    flt = spec.filters.get(alias)
-    if flt is not None:
-        table = table.filter(flt)
+    table = apply_filter(table, alias, spec)
     table = table.select(cols)
     return table.rename_columns([qual(alias, c) for c in cols])
 
@@ -102,9 +111,7 @@ class EdgePlan:
 
 
 def _filter_project(src: pa.Table, p: EdgePlan, spec: MultiWaySpec) -> pa.Table:
-    flt = spec.filters.get(p.edge.master)
-    if flt is not None:
-        src = src.filter(flt)
+    src = apply_filter(src, p.edge.master, spec)
     raw = [c.split(".", 1)[1] for c in p.master_cols]
     return src.select(raw).rename_columns(p.master_cols)
 

@@ -144,3 +144,16 @@ def test_later_batches_are_cast_to_the_first_batch_types() -> None:
     )
     got = multiset(list(run_query(case.spec, [case.stream.slice(0, 100), narrow], case.masters, 1 << 24)))
     assert got == duckdb_answer(case)
+
+
+def test_filter_on_a_missing_column_is_an_input_error() -> None:
+    import dataclasses
+
+    import pyarrow.compute as pc
+
+    from ssbj.errors import InputError
+
+    case = chain_case(4, ("inner", "inner", "inner"))
+    spec = dataclasses.replace(case.spec, filters={"n": pc.field("no_such") == 1})
+    with pytest.raises(InputError, match="filter on 'n'"):
+        list(run_query(spec, [case.stream], case.masters, 1 << 24, hold={"c": True, "n": True, "p": True}))
