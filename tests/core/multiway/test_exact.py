@@ -157,3 +157,23 @@ def test_filter_on_a_missing_column_is_an_input_error() -> None:
     spec = dataclasses.replace(case.spec, filters={"n": pc.field("no_such") == 1})
     with pytest.raises(InputError, match="filter on 'n'"):
         list(run_query(spec, [case.stream], case.masters, 1 << 24, hold={"c": True, "n": True, "p": True}))
+
+
+@pytest.mark.parametrize(("budget", "completes"), [(120_000, False), (400_000, True), (2_000_000, True)])
+def test_memory_stays_within_the_budget_or_stops(budget: int, completes: bool) -> None:
+    from ssbj.core.multiway import MultiWayJoin, WaitingStateOverflow
+
+    case = chain_case(8, ("left", "left", "inner"), n_stream=4000)
+    op = MultiWayJoin(case.spec, case.masters, budget, hold={"c": False, "n": True, "p": False}, partition_rows=3)
+    out = []
+    try:
+        for i in range(0, 4000, 200):
+            out.append(op.process(case.stream.slice(i, 200)))
+            assert op.memory()["total"] <= budget
+        out += list(op.drain())
+    except WaitingStateOverflow:
+        assert not completes
+        return
+    assert completes
+    assert op.stats()["peak_memory"] <= budget
+    assert multiset(out) == duckdb_answer(case)
