@@ -73,7 +73,11 @@ def _numpy(col: pa.Array | pa.ChunkedArray, kind: str) -> tuple[np.ndarray, np.n
 def _sorted_codes(vals: np.ndarray, valid: np.ndarray, uniq: np.ndarray) -> np.ndarray:
     pos = np.searchsorted(uniq, vals)
     ok = valid & (pos < len(uniq))
-    ok[ok] &= uniq[pos[ok]] == vals[ok]
+    u, v = uniq[pos[ok]], vals[ok]
+    same = u == v
+    if uniq.dtype.kind == "f":  # NaN equals NaN in a SQL join (DuckDB, Spark), not in IEEE
+        same |= np.isnan(u) & np.isnan(v)
+    ok[ok] &= same
     return np.where(ok, pos, -1).astype(np.int64)
 
 

@@ -177,3 +177,29 @@ def test_memory_stays_within_the_budget_or_stops(budget: int, completes: bool) -
     assert completes
     assert op.stats()["peak_memory"] <= budget
     assert multiset(out) == duckdb_answer(case)
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_float_keys_nan_and_signed_zero_as_duckdb(held: bool) -> None:
+    import duckdb
+    import pyarrow as pa
+    from multiway_cases import Case
+
+    from ssbj.core.multiway import JoinEdge, MasterInput, MultiWaySpec, OutputColumn
+
+    nan = float("nan")
+    s = pa.table({"id": list(range(7)), "k": [1.5, nan, -0.0, None, 2.0, nan, 3.0]})
+    m = pa.table({"k": [nan, 0.0, 1.5, 1.5, None, 3], "v": ["a", "b", "c", "d", "e", "f"]})
+    m = m.cast(pa.schema([("k", pa.float64()), ("v", pa.string())]))
+    spec = MultiWaySpec(
+        stream="s",
+        stream_columns=("id", "k"),
+        masters=(MasterInput("m", "M", ("k", "v")),),
+        edges=(JoinEdge("m", "s", ("k",), ("k",), "left"),),
+        output=(OutputColumn("id", "s", "id"), OutputColumn("v", "m", "v")),
+    )
+    case = Case(spec, s, {"M": m}, "SELECT s.id, m.v FROM s LEFT JOIN M m ON m.k = s.k")
+    got = multiset(list(run_query(spec, [s], case.masters, 1 << 24, hold={"m": held}, partition_rows=2)))
+    assert got == duckdb_answer(case)
+    con = duckdb.connect()
+    assert con.execute("SELECT 'NaN'::DOUBLE = 'NaN'::DOUBLE").fetchone() == (True,)
