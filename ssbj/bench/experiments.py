@@ -5,7 +5,8 @@ One module per group of experiments: :mod:`ssbj.bench.exp_paper` (the paper's fi
 :mod:`ssbj.bench.exp_bound` (Theorem 1's bound against what both algorithms achieve),
 :mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost),
 :mod:`ssbj.bench.exp_prefetch` (master partitions read ahead from a database: the overlap),
-:mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database).
+:mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database),
+:mod:`ssbj.bench.exp_multiway` (the multi-way join: dpPick's probe order, the LSM-tree waiting store).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from ssbj.bench.exp_bound import exp_bound
 from ssbj.bench.exp_hashjoin import exp_hashjoin, exp_throughput
 from ssbj.bench.exp_hybrid import exp_hybrid
+from ssbj.bench.exp_multiway import exp_multiway_order, exp_multiway_spill
 from ssbj.bench.exp_paper import (
     exp_fig4a,
     exp_fig5a,
@@ -50,6 +52,8 @@ EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "refresh": exp_refresh,
     "prefetch": exp_prefetch,
     "hybrid": exp_hybrid,
+    "multiway_order": exp_multiway_order,
+    "multiway_spill": exp_multiway_spill,
 }
 
 

@@ -1,0 +1,386 @@
+"""The multi-way enrichment operator: one stream, N master tables, one tree of equi-joins.
+
+A stream batch is one step's arrivals (w). Its rows go through the edges in the current
+probe order (a row keeps the order it entered with until it leaves). An edge to a master
+held whole is probed at once; an edge to a scanned master first asks that master's cache
+(:mod:`ssbj.core.multiway.edgecache`), and the rows its cache does not serve wait in the
+waiting store as one chunk until they have met every partition of that master
+(MESHJOIN's R-cycle): each step every scanned master with waiting rows reads its next
+partition and probes all of its chunks. Matches go on to the next edge at once; a chunk
+that has met all K partitions leaves: on an inner edge its rows without any match are
+dropped, on a left edge they go on NULL-extended. So a row leaves only when every edge on
+its path is resolved. Rows past the last edge are the result.
+
+Memory (``memory_budget``, real ``nbytes``): masters held whole (table and index), each
+scanned master's partition buffer (the largest seen) and cache; what is left is the
+waiting store's limit. The in-memory store refuses to go past it; the LSM-tree store
+(:mod:`ssbj.adapters.lsmstore`) spills instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.multiway import order as O
+from ssbj.core.multiway import persist
+from ssbj.core.multiway.edgecache import EdgeCache
+from ssbj.core.multiway.keyindex import KeyIndex
+from ssbj.core.multiway.plan import EdgePlan, build_edges, joined, needed_columns, null_extended, prepare_input, qual
+from ssbj.core.multiway.spec import MultiWaySpec
+from ssbj.core.multiway.store import Chunk, MemoryStore, WaitingStateOverflow, WaitingStore
+from ssbj.errors import ConfigError, InputError
+
+StoreFactory = Callable[[], WaitingStore]
+
+
+class MultiWayJoin:
+    """See the module doc. ``process`` one batch per step, ``drain`` at the end of the input."""
+
+    def __init__(
+        self,
+        spec: MultiWaySpec,
+        masters: Mapping[str, pa.Table],
+        memory_budget: int,
+        *,
+        order_policy: str = "dppick",
+        initial_order: tuple[int, ...] | None = None,
+        period: int = 4,
+        store: WaitingStore | None = None,
+        hold: Mapping[str, bool] | None = None,
+        hold_share: float = 0.5,
+        partition_rows: Mapping[str, int] | int | None = None,
+        partition_share: float = 0.05,
+        cache_share: float = 0.1,
+        use_cache: bool = True,
+    ) -> None:
+        if memory_budget <= 0:
+            raise ConfigError(f"memory_budget must be > 0 bytes, got {memory_budget}")
+        if order_policy not in O.POLICIES:
+            raise ConfigError(f"order_policy must be one of {O.POLICIES}, got {order_policy!r}")
+        if period < 1:
+            raise ConfigError(f"period must be >= 1 step, got {period}")
+        self.spec = spec
+        self.budget = memory_budget
+        self.policy = order_policy
+        self.period = period
+        self._need = needed_columns(spec)
+        self.edges: list[EdgePlan] = build_edges(
+            spec, masters, memory_budget, hold, hold_share, partition_rows, partition_share
+        )
+        self._needs = [p.needs for p in self.edges]
+        init = tuple(range(len(self.edges))) if initial_order is None else tuple(initial_order)
+        if sorted(init) != list(range(len(self.edges))) or not O.valid(init, self._needs):
+            raise ConfigError(
+                f"initial_order {init} is not an order of the edges that probes each input after it is joined"
+            )
+        self.initial_order = init
+        self.orders: list[tuple[int, ...]] = [init]
+        self.store: WaitingStore = store if store is not None else MemoryStore()
+        self._out_names = [o.name for o in spec.output]
+        self._out_cols = [qual(o.alias, o.column) for o in spec.output]
+        scanned = [p for p in self.edges if not p.held]
+        self.caches: dict[int, EdgeCache] = {}
+        if use_cache:
+            for p in scanned:
+                cap = int(cache_share * memory_budget / max(len(scanned), 1))
+                self.caches[p.index] = EdgeCache(len(p.key_cols), p.key_cols, cap)
+        self.estats = [
+            O.EdgeStats(kappa=float(p.index_.keys if p.index_ is not None else p.table.num_rows)) for p in self.edges
+        ]
+        self._p = [0] * len(self.edges)  # next partition of each scanned master
+        self._chunks: dict[int, list[Chunk]] = {p.index: [] for p in scanned}
+        self._next_chunk = 0
+        self._step = 0
+        self._disk_peak = [0] * len(self.edges)
+        self._vs = [0.0] * len(self.edges)  # bytes per waiting row at each edge (v_S)
+        self.counters: dict[str, int] = {
+            "tuples_in": 0,
+            "tuples_filtered": 0,
+            "output_rows": 0,
+            "steps": 0,
+            "partitions_read": 0,
+            "served_by_cache": 0,
+            "reorders": 0,
+            "rows_probed": 0,  # rows that probed an edge (held, cache, or entering a scan)
+        }
+        self.busy_seconds = 0.0
+        self._peak = 0
+        self._reorder_log: list[dict[str, Any]] = []
+        self._stream_schema: pa.Schema | None = None
+        self._fit_store()
+
+    # ------------------------------------------------------------------ memory
+    def fixed_bytes(self) -> int:
+        """Budgeted bytes outside the waiting store."""
+        total = 0
+        for p in self.edges:
+            if p.held:
+                total += p.held_bytes()
+            else:
+                disk = self._disk_peak[p.index] or int(p.b * p.row_bytes)
+                total += disk
+                cache = self.caches.get(p.index)
+                if cache is not None:
+                    total += max(cache.nbytes(), cache.capacity)
+        return total + 64 * sum(len(c) for c in self._chunks.values())
+
+    def _fit_store(self) -> None:
+        limit = self.budget - self.fixed_bytes()
+        if limit <= 0:
+            msg = (
+                f"memory_budget {self.budget} leaves no room for waiting tuples: the masters held whole, the "
+                f"partition buffers and caches take {self.fixed_bytes()} bytes"
+            )
+            if self._step == 0 and not any(self._chunks.values()):
+                raise ConfigError(msg)
+            raise WaitingStateOverflow(msg)
+        self.store.set_limit(limit)
+
+    def memory(self) -> dict[str, int]:
+        """Bytes held per component, and the total counted against the budget."""
+        held = sum(p.held_bytes() for p in self.edges if p.held)
+        caches = sum(c.nbytes() for c in self.caches.values())
+        disk = sum(self._disk_peak)
+        store = self.store.memory_bytes()
+        return {
+            "held_masters": held,
+            "caches": caches,
+            "partition_buffers": disk,
+            "waiting_store": store,
+            "waiting_on_disk": self.store.disk_bytes(),
+            "total": held + caches + disk + store,
+            "budget": self.budget,
+        }
+
+    # ------------------------------------------------------------------ input
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The probe order rows entering now follow."""
+        return self.orders[-1]
+
+    def process(self, batch: pa.Table | pa.RecordBatch) -> pa.Table:
+        """One step: admit ``batch`` (may be empty), scan one partition of each waited-on master."""
+        t0 = time.perf_counter()
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        out: list[pa.Table] = []
+        if table.num_rows:
+            n = table.num_rows
+            self.counters["tuples_in"] += n
+            rows = prepare_input(table, self.spec.stream, self._need[self.spec.stream], self.spec)
+            if self._stream_schema is None:
+                self._stream_schema = rows.schema
+            elif not rows.schema.equals(self._stream_schema):
+                try:  # later batches in the types of the first (a file's batches may differ in width)
+                    rows = rows.cast(self._stream_schema)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                    raise InputError(f"stream batch does not match the first batch's columns: {exc}") from exc
+            self.counters["tuples_filtered"] += n - rows.num_rows
+            if rows.num_rows:
+                self._route(rows, len(self.orders) - 1, 0, out)
+        for p in self.edges:
+            if not p.held and self._chunks[p.index]:
+                self._scan(p, out)
+        self._step += 1
+        self.counters["steps"] += 1
+        if self._step % self.period == 0:
+            self._reorder()
+        self._peak = max(self._peak, self.memory()["total"])
+        result = self._result(out)
+        self.counters["output_rows"] += result.num_rows
+        self.busy_seconds += time.perf_counter() - t0
+        return result
+
+    @property
+    def waiting_rows(self) -> int:
+        """Intermediate rows waiting in the store."""
+        return sum(c.rows for cs in self._chunks.values() for c in cs)
+
+    def drain(self) -> Iterator[pa.Table]:
+        """End of a bounded input: step until no row waits."""
+        while any(self._chunks.values()):
+            yield self.process(pa.table({}))
+
+    # ------------------------------------------------------------------ joining
+    def _route(self, table: pa.Table, oid: int, pos: int, out: list[pa.Table]) -> None:
+        order = self.orders[oid]
+        while pos < len(order) and table.num_rows:
+            p = self.edges[order[pos]]
+            keys = [table.column(c) for c in p.probe_cols]
+            if p.held:
+                left, right = p.held_index().match(keys)
+                table = self._resolve(table, left, right, p.table, p, None)
+                pos += 1
+                continue
+            cache = self.caches.get(p.index)
+            if cache is not None:
+                cache.count(keys)
+                hit, left, right = cache.serve(keys)
+                if hit.any():
+                    served = self._resolve(table, left, right, cache.served_rows(), p, hit)
+                    self.counters["served_by_cache"] += int(hit.sum())
+                    self._route(served, oid, pos + 1, out)
+                    table = table.filter(pa.array(~hit))
+                    if table.num_rows == 0:
+                        return
+            self._wait(p, table, oid, pos)
+            return
+        if table.num_rows:
+            out.append(table)
+
+    def _resolve(
+        self,
+        table: pa.Table,
+        left: np.ndarray,
+        right: np.ndarray,
+        master: pa.Table,
+        p: EdgePlan,
+        among: np.ndarray | None,
+    ) -> pa.Table:
+        """Rows fully resolved at edge ``p``: matches, and NULL-extended misses on a left edge."""
+        q = int(among.sum()) if among is not None else table.num_rows
+        hit_rows = np.unique(left)
+        self.estats[p.index].note(q, len(hit_rows), len(left))
+        self.counters["rows_probed"] += q
+        res = joined(table, left, master, right, p)
+        if p.left:
+            miss = np.ones(table.num_rows, bool) if among is None else among.copy()
+            miss[hit_rows] = False
+            if miss.any():
+                res = pa.concat_tables([res, null_extended(table, np.flatnonzero(miss), p)])
+        return res
+
+    def _wait(self, p: EdgePlan, table: pa.Table, oid: int, pos: int) -> None:
+        table = table.combine_chunks()
+        matched = np.zeros(table.num_rows, bool) if p.left else None
+        cid = self._next_chunk
+        self._next_chunk += 1
+        width = table.nbytes / max(table.num_rows, 1)
+        self._vs[p.index] = 0.9 * self._vs[p.index] + 0.1 * width if self._vs[p.index] else width
+        self._fit_store()
+        self.store.put(p.index, cid, table, matched)
+        self._chunks[p.index].append(Chunk(cid, p.index, oid, pos, 0, table.num_rows, width))
+        self.estats[p.index].note(table.num_rows, 0, 0)
+        self.counters["rows_probed"] += table.num_rows
+
+    def _scan(self, p: EdgePlan, out: list[pa.Table]) -> None:
+        k = self._p[p.index]
+        part = p.read_partition(k, self.spec)
+        self.counters["partitions_read"] += 1
+        self._disk_peak[p.index] = max(self._disk_peak[p.index], int(part.nbytes))
+        cache = self.caches.get(p.index)
+        if cache is not None:
+            if k == 0 and cache.cand is not None:
+                cache.collecting = True
+            cache.collect(part)
+        idx = KeyIndex([part.column(c) for c in p.key_cols]) if part.num_rows else None
+        still: list[Chunk] = []
+        for ch in self._chunks[p.index]:
+            table, matched = self.store.get(p.index, ch.id)
+            if idx is not None:
+                left, right = idx.match([table.column(c) for c in p.probe_cols])
+                if len(left):
+                    hit = np.unique(left)
+                    st = self.estats[p.index]
+                    st.h += len(hit) if matched is None else int((~matched[hit]).sum())
+                    st.s += len(left)
+                    self._route(joined(table, left, part, right, p), ch.oid, ch.pos + 1, out)
+                    if matched is not None and not matched[hit].all():
+                        matched = matched.copy()
+                        matched[hit] = True
+                        self.store.set_matched(p.index, ch.id, matched)
+            ch.seen += 1
+            if ch.seen >= p.k:
+                if matched is not None and not matched.all():
+                    self._route(null_extended(table, np.flatnonzero(~matched), p), ch.oid, ch.pos + 1, out)
+                self.store.delete(p.index, ch.id)
+            else:
+                still.append(ch)
+        self._chunks[p.index] = still
+        self._p[p.index] = (k + 1) % p.k
+        if cache is not None and self._p[p.index] == 0:
+            schema = pa.schema([pa.field(c, t) for c, t in zip(p.master_cols, p.master_types, strict=True)])
+            cache.end_cycle(p.row_bytes, self._vs[p.index] or p.row_bytes, schema)
+
+    def _result(self, out: list[pa.Table]) -> pa.Table:
+        if not out:
+            return pa.table(
+                {n: pa.array([], self._out_type(c)) for n, c in zip(self._out_names, self._out_cols, strict=True)}
+            )
+        t = pa.concat_tables([o.select(self._out_cols) for o in out])
+        return t.rename_columns(self._out_names)
+
+    def _out_type(self, col: str) -> pa.DataType:
+        alias = col.split(".", 1)[0]
+        if alias == self.spec.stream:
+            s = self._stream_schema
+            return s.field(col).type if s is not None else pa.null()
+        for p in self.edges:
+            if p.edge.master == alias:
+                return p.master_types[p.master_cols.index(col)]
+        return pa.null()
+
+    # ------------------------------------------------------------------ probe order
+    def edge_costs(self, smoothing: bool = True) -> list[O.EdgeCost]:
+        """Return the cost model's view of every edge for the coming cycle."""
+        costs = []
+        for p, st in zip(self.edges, self.estats, strict=True):
+            g, m, kap = st.estimate(smoothing)
+            costs.append(O.EdgeCost(g, m, kap, 1 if p.held else p.k, p.left))
+        return costs
+
+    def _reorder(self) -> None:
+        for st in self.estats:
+            st.close()
+        if self.policy == "fixed":
+            return
+        costs = self.edge_costs(self.policy != "dppick-nosmooth")
+        new = O.choose(self.policy, self.initial_order, costs, self._needs)
+        if new != self.order:
+            self.orders.append(new)
+            self.counters["reorders"] += 1
+            self._reorder_log.append({"step": self._step, "order": list(new)})
+
+    # ------------------------------------------------------------------ reporting
+    def stats(self) -> dict[str, Any]:
+        """Counters, memory, the probe orders used, which masters were held or scanned."""
+        return {
+            **self.counters,
+            "waiting_rows": self.waiting_rows,
+            "busy_seconds": self.busy_seconds,
+            "memory": self.memory(),
+            "peak_memory": self._peak,
+            "order_policy": self.policy,
+            "initial_order": [self.edges[e].edge.master for e in self.initial_order],
+            "final_order": [self.edges[e].edge.master for e in self.order],
+            "reorder_log": [
+                {"step": r["step"], "order": [self.edges[e].edge.master for e in r["order"]]} for r in self._reorder_log
+            ],
+            "masters": {p.edge.master: {"held": p.held, "partitions": p.k, "partition_rows": p.b} for p in self.edges},
+            "cache_values": {self.edges[i].edge.master: c.admitted for i, c in self.caches.items()},
+        }
+
+    # ------------------------------------------------------------------ checkpoint
+    def checkpoint(self, store: DirectoryStore, checkpoint_id: int) -> None:
+        """Save the state as checkpoint ``checkpoint_id`` (chunks are written once)."""
+        persist.save(self, store, checkpoint_id)
+
+    @classmethod
+    def restore(
+        cls,
+        ckpt: DirectoryStore,
+        spec: MultiWaySpec,
+        masters: Mapping[str, pa.Table],
+        memory_budget: int,
+        checkpoint_id: int | None = None,
+        **options: Any,
+    ) -> MultiWayJoin:
+        """Return an operator in exactly the state saved by :meth:`checkpoint` (same options)."""
+        op = cls(spec, masters, memory_budget, **options)
+        persist.load(op, ckpt, checkpoint_id)
+        return op
