@@ -20,9 +20,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import ssbj.core.multiway as multiway
+from ssbj.core.multiway import run_query
 from ssbj.core.multiway.spec import MultiWaySpec
-from ssbj.errors import ConfigError, DependencyError, InputError
+from ssbj.errors import ConfigError, InputError
 from ssbj.files import check_output, file_format, open_stream, read_schema, read_table
 from ssbj.sql.compile import compile_sql
 from ssbj.sql.parse import parse_schema_ddl
@@ -111,16 +111,6 @@ def describe(spec: MultiWaySpec) -> str:
     return "\n".join(lines)
 
 
-def _run_query() -> Any:
-    """Return the multi-way operator's entry point, or DependencyError when this build has none."""
-    fn = getattr(multiway, "run_query", None)
-    if fn is None:
-        raise DependencyError(
-            "the multi-way operator (ssbj.core.multiway.run_query) is not available in this version of ssbj"
-        )
-    return fn
-
-
 def _output_schema(spec: MultiWaySpec, schemas: Mapping[str, pa.Schema], tables: Mapping[str, str]) -> pa.Schema:
     fields = []
     for o in spec.output:
@@ -154,7 +144,6 @@ def _cmd_query(args: argparse.Namespace) -> int:
     unused = sorted(set(masters) - {m.table for m in spec.masters})
     if unused:
         raise ConfigError(f"--master {', '.join(unused)} not used by the query")
-    run_query = _run_query()
 
     stream_name = next(iter(streams))
     needed: dict[str, list[str]] = {}

@@ -9,7 +9,6 @@ SELECT's column names) is checked now with the plain reference evaluator in its 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from multiway_reference import evaluate
 
-import ssbj.core.multiway as multiway
 from ssbj.cli import main
-from ssbj.core.multiway.spec import MultiWaySpec
 
 TPCH = Path(__file__).resolve().parents[1] / "data" / "tpch"
 
@@ -148,31 +144,17 @@ def test_explain_reports_queries_the_operator_cannot_run(tmp_path: Path, files: 
     assert "Multi-way operator: not supported:" in out and "line 1: GROUP BY is not supported" in out
 
 
-def _reference_run_query(
-    spec: MultiWaySpec, batches: Iterable[pa.Table], masters: Mapping[str, pa.Table], budget: int, stats: Any = None
-) -> Iterator[pa.Table]:
-    tables = list(batches)
-    stream = (
-        pa.concat_tables(tables) if tables else pa.table({c: pa.array([], pa.int64()) for c in spec.stream_columns})
-    )
-    if stats is not None:
-        stats["batches"] = len(tables)
-    yield evaluate(spec, stream, masters)
-
-
 @pytest.mark.parametrize("stream_format", ["parquet", "csv"])
 def test_query_writes_the_select_columns(
-    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, stream_format: str
+    files: dict[str, Path], tmp_path: Path, capsys: Any, stream_format: str
 ) -> None:
-    # the reference evaluator in place of the operator: reading, compiling and writing are real
-    monkeypatch.setattr(multiway, "run_query", _reference_run_query, raising=False)
     if stream_format == "csv":
         files["events"] = tmp_path / "events.csv"
         pacsv.write_csv(_data()["events"], files["events"])
     out = tmp_path / "out.parquet"
     assert main(_args(files, out, "--stats", "--batch-rows", "5")) == 0
     report = capsys.readouterr().out
-    assert '"rows_written"' in report and '"batches": 3' in report
+    assert '"rows_written": 12' in report and '"steps": 3' in report  # 12 events in batches of 5
     got = pq.read_table(out)
     assert got.column_names == ["e_id", "amount", "customer", "nation"]
     assert Counter(tuple(r.values()) for r in got.to_pylist()) == _duck(SQL)
@@ -212,18 +194,7 @@ def test_query_output_must_not_overwrite_an_input(files: dict[str, Path], capsys
     assert "would overwrite input file" in capsys.readouterr().err
 
 
-def test_query_without_the_operator_says_so(
-    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
-    monkeypatch.delattr(multiway, "run_query", raising=False)
-    assert main(_args(files, tmp_path / "out.parquet")) == 2
-    assert "ssbj.core.multiway.run_query) is not available" in capsys.readouterr().err
-
-
 def test_query_end_to_end_equals_duckdb(files: dict[str, Path], tmp_path: Path, capsys: Any) -> None:
-    # runs once the multi-way operator (branch multiway) provides run_query
-    if not hasattr(multiway, "run_query"):
-        pytest.skip("ssbj.core.multiway.run_query does not exist yet")
     out = tmp_path / "out.parquet"
     assert main(_args(files, out, "--stats", "--batch-rows", "4")) == 0
     got = pq.read_table(out)
