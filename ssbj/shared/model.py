@@ -117,20 +117,37 @@ def optimize(
     for (qname, _start), steps in sol.orders.items():
         (_, prefix, _preds) = steps[0]
         stores.setdefault(prefix[0], []).append(qname)
+    readers: dict[str, int] = {}
+    for names in stores.values():
+        for st in {by_name[n].stream for n in names}:
+            readers[st] = readers.get(st, 0) + 1
     out = []
     mem = 0.0
-    kept: dict[str, int] = {}  # stream -> most R-cycle steps any of its stores keeps rows for
+    kept: dict[str, int] = {}  # stream -> most tuples any of its stores keeps waiting
     for (m, a, p), names in stores.items():
         mj = [by_name[n] for n in names]
         b = max(j.partition_rows for j in mj)
         parts = -(-mj[0].master_rows // b)
         w = {j.stream: j.step_rows for j in mj}
         v_r = sum({j.v_r for j in mj})  # upper bound of the union of projections
-        m_bytes = b * (v_r + DISK_ROW_OVERHEAD) + (parts + 1) * sum(w.values()) * (NARROW_ROW + HS_TUPLE_OVERHEAD)
+        # as SharedJoin does: a stream only this store reads keeps its rows (and bit set) in H_S
+        inline = len(w) == 1 and readers[next(iter(w))] == 1
+        row = (NARROW_ROW + 8 + mj[0].v_s) if inline else NARROW_ROW
+        m_bytes = b * (v_r + DISK_ROW_OVERHEAD) + (parts + 1) * sum(w.values()) * (row + HS_TUPLE_OVERHEAD)
         mem += m_bytes
-        for s in w:
-            kept[s] = max(kept.get(s, 0), (parts + 1) * w[s])
-        out.append({"master": m, "partitioned_on": a, "shards": p, "jobs": sorted(names), "memory": m_bytes})
+        if not inline:
+            for s in w:
+                kept[s] = max(kept.get(s, 0), (parts + 1) * w[s])
+        out.append(
+            {
+                "master": m,
+                "partitioned_on": a,
+                "shards": p,
+                "jobs": sorted(names),
+                "memory": m_bytes,
+                "rows_inline": inline,
+            }
+        )
     v_s = {j.stream: j.v_s for j in jobs}
     mem += sum(kept[s] * v_s[s] for s in kept)  # the shared stream store: each row once
     iso_cpu, iso_mem = isolated(jobs, model)

@@ -97,8 +97,11 @@ class _Group:
     jobs: list[str]
     streams: list[str]
     op: SemiStreamJoin
+    schema: pa.Schema  # of the tuples in its H_S: key, row id (inline: bit set and stream columns)
+    mcols: list[str]  # master columns it reads: the union of its jobs'
+    inline: bool = False  # its one stream's rows live in its own H_S, not in the stream store
     stream_masks: dict[str, int] = field(default_factory=dict)  # stream -> bits of this group's jobs
-    pending: deque[np.ndarray] = field(default_factory=deque)  # row ids pushed, not yet read by a step
+    pending: deque[np.ndarray] = field(default_factory=deque)  # (row ids, bit sets) pushed, not yet read
     pending_rows: int = 0
     rows_read: int = 0  # master rows read by this group's disk phase
 
@@ -116,7 +119,9 @@ class SharedJoin:
         step_rows: int = 10_000,
         memory_budget: int | None = None,
         cost_model: CostModel | None = None,
+        share_rows: Literal["auto", "always"] = "auto",
     ) -> None:
+        self.share_rows = share_rows
         self.streams = streams
         self.masters = masters
         self.step_rows = step_rows
@@ -176,6 +181,10 @@ class SharedJoin:
         for name, j in self.jobs.items():
             kt = self.streams[j.spec.stream].field(j.spec.stream_key).type
             by_key.setdefault((j.spec.master, j.spec.master_key, str(kt)), []).append(name)
+        readers: dict[str, int] = {}
+        for names in by_key.values():
+            for st in {self.jobs[n].spec.stream for n in names}:
+                readers[st] = readers.get(st, 0) + 1
         for (master, mkey, _), names in by_key.items():
             first = self.jobs[names[0]]
             key_type = self.streams[first.spec.stream].field(first.spec.stream_key).type
@@ -185,18 +194,27 @@ class SharedJoin:
                 for c in self.jobs[n].master_cols:
                     if c not in mcols:
                         mcols.append(c)
+            fields = [pa.field(KEY, key_type), pa.field(RID, pa.int64())]
+            # a stream only this group reads keeps its rows in the group's H_S (no row id
+            # lookups, no second copy); a stream several groups read is stored once
+            inline = self.share_rows == "auto" and len(streams) == 1 and readers[streams[0]] == 1
+            if inline:
+                schema = self.streams[streams[0]]
+                fields += [pa.field(MASK, pa.int64())] + [schema.field(c) for c in self._keep[streams[0]]]
+            h_schema = pa.schema(fields)
             op = SemiStreamJoin(
                 self._group_spec(mkey, mcols, len(streams)),
                 self.masters[master].scan,
-                pa.schema([pa.field(KEY, key_type), pa.field(RID, pa.int64())]),
+                h_schema,
                 self.masters[master].schema,
                 self.cost_model,
             )
-            g = _Group(master, mkey, key_type, names, streams, op)
+            g = _Group(master, mkey, key_type, names, streams, op, h_schema, mcols, inline)
             for n in names:
                 j = self.jobs[n]
                 g.stream_masks[j.spec.stream] = g.stream_masks.get(j.spec.stream, 0) | int(j.bit)
             self.groups.append(g)
+        self._inline_streams = {g.streams[0] for g in self.groups if g.inline}
 
     def _group_spec(self, master_key: str, mcols: list[str], n_streams: int) -> JoinSpec:
         # a step reads step_rows tuples of each of the group's streams: the R-cycle in
@@ -241,10 +259,12 @@ class SharedJoin:
                 sel = np.asarray(got.to_numpy(zero_copy_only=False), dtype=bool)
             mask[sel] |= j.bit
             j.counts.tuples_in += int(sel.sum())
-        stored = table.select(self._keep[stream]).append_column(MASK, pa.array(mask, pa.int64()))
-        start = self.store.add(stream, stored)
+        kept = table.select(self._keep[stream])
+        if stream in self._inline_streams:
+            start = self.store.reserve(table.num_rows)
+        else:
+            start = self.store.add(stream, kept.append_column(MASK, pa.array(mask, pa.int64())))
         rids = np.arange(start, start + table.num_rows, dtype=np.int64)
-        keys = table.column(self._keep_key(stream))
         for g in self.groups:
             gm = g.stream_masks.get(stream, 0)
             if not gm:
@@ -254,10 +274,17 @@ class SharedJoin:
             if not take.any():
                 continue
             idx = np.flatnonzero(take)
-            kc = table.column(key_col) if key_col != self._keep_key(stream) else keys
-            narrow = pa.table({KEY: kc.take(idx).cast(g.key_type), RID: pa.array(rids[idx], pa.int64())})
-            g.op.push(narrow)
-            g.pending.append(rids[idx])
+            cols: dict[str, pa.Array | pa.ChunkedArray] = {
+                KEY: table.column(key_col).take(idx).cast(g.key_type),
+                RID: pa.array(rids[idx], pa.int64()),
+            }
+            if g.inline:
+                cols[MASK] = pa.array(mask[idx], pa.int64())
+                sub = kept.take(idx)
+                for c in sub.column_names:
+                    cols[c] = sub.column(c)
+            g.op.push(pa.table(cols, schema=g.schema))
+            g.pending.append(np.stack([rids[idx], mask[idx]]))
             g.pending_rows += len(idx)
 
     def _keep_key(self, stream: str) -> str:
@@ -306,11 +333,11 @@ class SharedJoin:
         g.pending_rows -= n
         while n > 0 and g.pending:
             head = g.pending[0]
-            if len(head) <= n:
-                n -= len(head)
+            if head.shape[1] <= n:
+                n -= head.shape[1]
                 g.pending.popleft()
             else:
-                g.pending[0] = head[n:]
+                g.pending[0] = head[:, n:]
                 n = 0
 
     def _oldest(self, g: _Group) -> int:
@@ -319,31 +346,42 @@ class SharedJoin:
         if hs.span > 0:
             return int(hs.take(np.array([hs.lo], dtype=np.int64)).column(RID)[0].as_py())
         if g.pending:
-            return int(g.pending[0][0])
+            return int(g.pending[0][0, 0])
         return self.store.next_rid
 
     def _watermark(self) -> int:
-        return min([self._oldest(g) for g in self.groups], default=self.store.next_rid)
+        return min([self._oldest(g) for g in self.groups if not g.inline], default=self.store.next_rid)
 
     def _split(self, g: _Group, res: StepResult, out: dict[str, list[pa.Table]]) -> None:
         enriched, unmatched = res.enriched, res.unmatched
         e_rids = enriched.column(RID).to_numpy() if enriched.num_rows else np.zeros(0, np.int64)
         u_rids = unmatched.column(RID).to_numpy() if unmatched.num_rows else np.zeros(0, np.int64)
-        e_mask = self.store.masks(e_rids)
-        u_mask = self.store.masks(u_rids)
+        if g.inline:
+            e_mask = enriched.column(MASK).to_numpy() if enriched.num_rows else np.zeros(0, np.int64)
+            u_mask = unmatched.column(MASK).to_numpy() if unmatched.num_rows else np.zeros(0, np.int64)
+        else:
+            e_mask = self.store.masks(e_rids)
+            u_mask = self.store.masks(u_rids)
+        width = len(g.schema)  # the core names master columns after these (a clash gets _master)
         for name in g.jobs:
             j = self.jobs[name]
             parts: list[pa.Table] = []
             sel = np.flatnonzero((e_mask & j.bit) != 0)
             if len(sel):
-                srows = self.store.take(e_rids[sel], j.stream_cols, j.stream_schema)
                 mpart = enriched.take(sel)
-                arrays = list(srows.columns) + [mpart.column(c) for c in j.master_cols]
-                parts.append(pa.Table.from_arrays(arrays, schema=j.out_schema))
+                if g.inline:
+                    srows = mpart.select(j.stream_cols)
+                else:
+                    srows = self.store.take(e_rids[sel], j.stream_cols, j.stream_schema)
+                mcols = [mpart.column(width + g.mcols.index(c)) for c in j.master_cols]
+                parts.append(pa.Table.from_arrays(list(srows.columns) + mcols, schema=j.out_schema))
             usel = np.flatnonzero((u_mask & j.bit) != 0)
             j.counts.unmatched += len(usel)
             if len(usel) and j.spec.how == "left":
-                srows = self.store.take(u_rids[usel], j.stream_cols, j.stream_schema)
+                if g.inline:
+                    srows = unmatched.take(usel).select(j.stream_cols)
+                else:
+                    srows = self.store.take(u_rids[usel], j.stream_cols, j.stream_schema)
                 nulls = [pa.nulls(len(usel), f.type) for f in j.out_schema][len(j.stream_cols) :]
                 parts.append(pa.Table.from_arrays(list(srows.columns) + nulls, schema=j.out_schema))
             if parts:
@@ -352,20 +390,23 @@ class SharedJoin:
                 out.setdefault(name, []).append(t)
 
     # ------------------------------------------------------------------ counts
-    def _waiting_rids(self, g: _Group) -> np.ndarray:
+    def _waiting_masks(self, g: _Group) -> np.ndarray:
         hs = g.op.hs
-        parts = [p for p in g.pending]
+        parts = [p[1] for p in g.pending]
         if hs.span > 0:
             slots = np.arange(hs.lo, hs.hi, dtype=np.int64)
             live = slots[(hs.link[slots % hs.cap] & REMOVED) == 0]
             if len(live):
-                parts.append(hs.take(live).column(RID).to_numpy())
+                rows = hs.take(live)
+                parts.append(
+                    rows.column(MASK).to_numpy() if g.inline else self.store.masks(rows.column(RID).to_numpy())
+                )
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def counts(self) -> dict[str, JobCounts]:
         """Each job's counters, with its waiting and matched tuples counted now."""
         for g in self.groups:
-            masks = self.store.masks(self._waiting_rids(g))
+            masks = self._waiting_masks(g)
             for name in g.jobs:
                 j = self.jobs[name]
                 c = j.counts
@@ -428,14 +469,14 @@ class SharedJoin:
                 DirectoryStore(root / f"group-{i}"),
                 spec,
                 self.masters[g.master].scan,
-                pa.schema([pa.field(KEY, g.key_type), pa.field(RID, pa.int64())]),
+                g.schema,
                 self.masters[g.master].schema,
                 cid,
                 self.cost_model,
             )
             arr = pend[f"g{i}"]
-            g.pending = deque([arr]) if len(arr) else deque()
-            g.pending_rows = len(arr)
+            g.pending = deque([arr]) if arr.shape[1] else deque()
+            g.pending_rows = int(arr.shape[1])
             g.rows_read = int(m["rows_read"][i])
         for n, c in m["jobs"].items():
             self.jobs[n].counts = JobCounts(**c)
@@ -444,7 +485,7 @@ class SharedJoin:
 
 def _cat(parts: Iterable[np.ndarray]) -> np.ndarray:
     ps = list(parts)
-    return np.concatenate(ps) if ps else np.zeros(0, np.int64)
+    return np.concatenate(ps, axis=1) if ps else np.zeros((2, 0), np.int64)
 
 
 def _eval(table: pa.Table, job: _Job) -> pa.ChunkedArray:

@@ -52,6 +52,12 @@ class StreamStore:
             self.batches.append(StoredBatch(start, stream, table.combine_chunks()))
         return start
 
+    def reserve(self, n: int) -> int:
+        """Take ``n`` row ids for rows kept elsewhere (a stream one scan group holds inline)."""
+        start = self.next_rid
+        self.next_rid += n
+        return start
+
     def drop_below(self, rid: int) -> None:
         """Forget every batch whose rows all have ids below ``rid`` (no scan waits for them)."""
         i = 0

@@ -63,7 +63,7 @@ def _stream(name: str, n: int, keys: int, seed: int) -> pa.Table:
     )
 
 
-JOBS = [
+JOBS: list[SharedJobSpec] = [
     SharedJobSpec("o_cust", "orders", "customer", "cust", "c_key", ("c_name",)),
     SharedJobSpec("o_cust_left", "orders", "customer", "cust", "c_key", ("c_seg", "c_name"), ("oid", "cust"), "left"),
     SharedJobSpec("o_cust_f", "orders", "customer", "cust", "c_key", None, None, "inner", pc.field("note") != "x3"),
@@ -73,6 +73,13 @@ JOBS = [
         "c_cust_left_f", "clicks", "customer", "cust", "c_key", ("c_seg",), None, "left", pc.field("page") != "b"
     ),
 ]
+
+
+SETS = {
+    "all": JOBS,  # customer read by both streams, orders by two scans: rows in the stream store
+    "inline": [JOBS[3], JOBS[4], JOBS[5]],  # each stream read by one scan: rows held in its H_S
+    "one_group": JOBS[:3],
+}
 
 
 def _expected(job: SharedJobSpec, stream: pa.Table, master: pa.Table) -> tuple[Counter[tuple[Any, ...]], int]:
@@ -104,7 +111,7 @@ def _check(
     sj: SharedJoin, got: dict[str, list[pa.Table]], streams: dict[str, pa.Table], masters: dict[str, MasterSource]
 ) -> None:
     counts = sj.counts()
-    for job in JOBS:
+    for job in (j.spec for j in sj.jobs.values()):
         master = masters[job.master].scan._table  # type: ignore[attr-defined]
         want, n_um = _expected(job, streams[job.stream], master)
         t = pa.concat_tables(got[job.name]) if got[job.name] else sj.output_schema(job.name).empty_table()
@@ -126,7 +133,7 @@ def _batches(streams: dict[str, pa.Table], rows: int) -> list[tuple[str, pa.Tabl
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(0, 400),
     keys=st.integers(1, 40),
@@ -135,15 +142,21 @@ def _batches(streams: dict[str, pa.Table], rows: int) -> list[tuple[str, pa.Tabl
     step=st.integers(1, 50),
     batch=st.integers(1, 80),
     algorithm=st.sampled_from(["ssbj", "meshjoin"]),
+    jobs=st.sampled_from(sorted(SETS)),
+    share_rows=st.sampled_from(["auto", "always"]),
     seed=st.integers(0, 1 << 16),
 )
 def test_every_job_gets_its_own_batch_join(
-    n: int, keys: int, dup: int, b: int, step: int, batch: int, algorithm: str, seed: int
+    n: int, keys: int, dup: int, b: int, step: int, batch: int, algorithm: str, jobs: str, share_rows: str, seed: int
 ) -> None:
     masters = _masters(keys, keys, dup, b, seed)
     streams = {"orders": _stream("orders", n, keys, seed + 1), "clicks": _stream("clicks", n // 2, keys, seed + 2)}
-    sj = SharedJoin(JOBS, STREAMS, masters, algorithm=algorithm, step_rows=step)  # type: ignore[arg-type]
-    assert len(sj.groups) == 2  # customer (both streams) and product
+    sj = SharedJoin(SETS[jobs], STREAMS, masters, algorithm=algorithm, step_rows=step, share_rows=share_rows)  # type: ignore[arg-type]
+    inline = {g.master: g.inline for g in sj.groups}
+    if jobs == "all":
+        assert len(sj.groups) == 2 and not any(inline.values())  # customer (both streams) and product
+    else:
+        assert all(inline.values()) == (share_rows == "auto")
     got = _run(sj, _batches(streams, batch))
     _check(sj, got, streams, masters)
     assert sj.store.rows == 0  # every stored row was released after its last scan
@@ -156,17 +169,18 @@ def test_every_job_gets_its_own_batch_join(
     b=st.integers(1, 20),
     step=st.integers(1, 40),
     cut=st.integers(0, 60),
+    jobs=st.sampled_from(sorted(SETS)),
     seed=st.integers(0, 1 << 16),
 )
 def test_checkpoint_restore_is_exact(
-    tmp_path_factory: pytest.TempPathFactory, n: int, keys: int, b: int, step: int, cut: int, seed: int
+    tmp_path_factory: pytest.TempPathFactory, n: int, keys: int, b: int, step: int, cut: int, jobs: str, seed: int
 ) -> None:
     """Checkpoint after some steps, run on (output discarded), restore, finish: exactly the batch join."""
     path = tmp_path_factory.mktemp("ck")
     masters = _masters(keys, keys, 2, b, seed)
     streams = {"orders": _stream("orders", n, keys, seed + 1), "clicks": _stream("clicks", n, keys, seed + 2)}
     batches = _batches(streams, 25)
-    sj = SharedJoin(JOBS, STREAMS, masters, step_rows=step)
+    sj = SharedJoin(SETS[jobs], STREAMS, masters, step_rows=step)
     got: dict[str, list[pa.Table]] = {j: [] for j in sj.jobs}
     i = 0
     steps = 0
@@ -183,7 +197,7 @@ def test_checkpoint_restore_is_exact(
     for _ in range(5):  # work after the checkpoint is lost with the crash
         if sj.pending(drain=True):
             sj.step(drain=True)
-    fresh = SharedJoin(JOBS, STREAMS, masters, step_rows=step)
+    fresh = SharedJoin(SETS[jobs], STREAMS, masters, step_rows=step)
     assert fresh.restore(path) == cid
     for out in fresh.run(batches[i:]):
         for j, t in out.items():
