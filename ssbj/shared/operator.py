@@ -143,7 +143,7 @@ class SharedJoin:
         self.groups: list[_Group] = []
         self._build_groups()
         self.store = StreamStore()
-        self._checkpoint_names: set[str] = set()
+        self.read_seconds = 0.0  # spent reading master partitions (not checkpointed: a measurement)
 
     # ------------------------------------------------------------------ set-up
     def _add_job(self, spec: SharedJobSpec) -> None:
@@ -308,6 +308,7 @@ class SharedJoin:
             res: StepResult = g.op.step()
             self._consume_pending(g, before - g.op.buffered_tuples)
             g.rows_read += res.metrics.b
+            self.read_seconds += res.metrics.io_seconds
             self._split(g, res, out)
         self.store.drop_below(self._watermark())
         return {k: pa.concat_tables(v) if len(v) > 1 else v[0] for k, v in out.items()}
