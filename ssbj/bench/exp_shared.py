@@ -37,6 +37,7 @@ import pyarrow.json as pj
 
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.api import null_padded
+from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin
 from ssbj.core.spec import JoinSpec
 from ssbj.shared import ilp
@@ -56,7 +57,7 @@ def exp_shared_ilp(reps: int = 3, log: Callable[[str], None] = print) -> Json:
     ilp.solve(ilp.build(rq.environment(10), rq.queries(rq.environment(10), 3)), rq.environment(10))  # warm-up
     points = []
     for n_rel, n_q, size in settings:
-        runs = []
+        runs: list[Json] = []
         for seed in range(reps):
             rels = rq.environment(n_rel, seed=seed)
             qs = rq.queries(rels, n_q, size, seed=seed + 100)
@@ -77,7 +78,7 @@ def exp_shared_ilp(reps: int = 3, log: Callable[[str], None] = print) -> Json:
                     "status": sol.status,
                 }
             )
-        p = {
+        p: Json = {
             "relations": n_rel,
             "queries": n_q,
             "relations_per_query": size,
@@ -135,6 +136,7 @@ class Scale:
     tuples: int = 200_000  # per stream
     batch: int = 10_000  # tuples per micro-batch and per stream (w)
     partition_rows: int = 10_000  # b
+    master: str = "sqlite"  # sqlite: read per partition from the SQLite file; arrow: held in memory (ArrowMaster)
 
 
 def _keys(rng: np.random.Generator, n: int, domain: int) -> pa.Array:
@@ -311,9 +313,20 @@ def jobs(n: int) -> list[Job]:
 # ---------------------------------------------------------------------- jobs: runs
 
 
-def _scan(db: Path, master: str, cols: list[str], b: int) -> SqlMasterScan:
+_ARROW: dict[tuple[str, str], pa.Table] = {}
+
+
+def _scan(db: Path, master: str, cols: list[str], s: Scale) -> SqlMasterScan | ArrowMaster:
     key, _ = MASTERS[master]
-    return SqlMasterScan(f"sqlite:///{db}", master, key, b, columns=cols, page_column="id", reader="auto")
+    if s.master == "arrow":  # R in memory: a partition is a zero-copy slice, reads cost ~nothing
+        if (str(db), master) not in _ARROW:
+            scan = SqlMasterScan(f"sqlite:///{db}", master, key, 1 << 30, page_column="id")
+            _ARROW[(str(db), master)] = scan.read_partition(0)
+            scan.close()
+        return ArrowMaster(_ARROW[(str(db), master)].select(cols), s.partition_rows)
+    return SqlMasterScan(
+        f"sqlite:///{db}", master, key, s.partition_rows, columns=cols, page_column="id", reader="auto"
+    )
 
 
 def _memory(ops: list[SemiStreamJoin]) -> int:
@@ -327,7 +340,7 @@ def run_isolated(js: list[Job], db: Path, payloads: dict[str, list[bytes]], s: S
     for j in js:
         sp = j.spec
         key, _ = MASTERS[sp.master]
-        scan = _scan(db, sp.master, [key, *[c for c in (sp.master_columns or ()) if c != key]], s.partition_rows)
+        scan = _scan(db, sp.master, [key, *[c for c in (sp.master_columns or ()) if c != key]], s)
         schema = SCHEMAS[sp.stream] if sp.stream_columns is None else _with_key(SCHEMAS[sp.stream], sp)
         spec = JoinSpec(sp.stream_key, sp.master_key, sp.master_columns, chunk_bytes=1 << 50, max_step_tuples=s.batch)
         ops.append(SemiStreamJoin(spec, scan, schema, scan.schema))
@@ -378,8 +391,8 @@ def _with_key(schema: pa.Schema, sp: SharedJobSpec) -> pa.Schema:
 
 
 def _out_names(op: SemiStreamJoin, sp: SharedJobSpec) -> list[str]:
-    scols = list(sp.stream_columns) if sp.stream_columns is not None else op.stream_schema.names
-    return scols + op.output_schema.names[len(op.stream_schema) :]
+    scols = list(sp.stream_columns) if sp.stream_columns is not None else list(op.stream_schema.names)
+    return scols + list(op.output_schema.names[len(op.stream_schema) :])
 
 
 def _cat(parts: list[pa.Table]) -> pa.Table | None:
@@ -396,7 +409,7 @@ def run_shared(js: list[Job], db: Path, payloads: dict[str, list[bytes]], s: Sca
         for j in js:
             if j.spec.master == m:
                 cols += [c for c in (j.spec.master_columns or ()) if c not in cols]
-        scan = _scan(db, m, cols, s.partition_rows)
+        scan = _scan(db, m, cols, s)
         masters[m] = MasterSource(scan, scan.schema)
     streams = {n: SCHEMAS[n] for n in dict.fromkeys(j.spec.stream for j in js)}
     sj = SharedJoin([j.spec for j in js], streams, masters, step_rows=s.batch)
@@ -483,7 +496,7 @@ def exp_shared_jobs(
     payloads = make_streams(s, seed + 1)
     res: Json = {"scale": s.__dict__, "sets": {}}
     # warm-up: numba's cached kernels and the imports load once, outside every measurement
-    small = Scale(tuples=2 * s.batch, batch=s.batch, partition_rows=s.partition_rows)
+    small = Scale(tuples=2 * s.batch, batch=s.batch, partition_rows=s.partition_rows, master=s.master)
     for fn in (run_isolated, run_shared):
         fn(jobs(10), db, make_streams(small, seed + 2), small)
     for n in (5, 10):
@@ -501,7 +514,7 @@ def exp_shared_jobs(
         iso["seconds_all_runs"] = [r["seconds"] for r in runs["isolated"]]
         sh["seconds_all_runs"] = [r["seconds"] for r in runs["shared"]]
         tuples = sum(s.tuples for _ in js)  # stream tuples each job consumes
-        entry = {
+        entry: Json = {
             "jobs": [j.spec.name for j in js],
             "isolated": {**iso, "throughput": tuples / iso["seconds"]},
             "shared": {**sh, "throughput": tuples / sh["seconds"]},
@@ -545,6 +558,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "jobs"):
         print("shared vs isolated jobs (in process, SQLite masters):")
         doc["jobs"] = exp_shared_jobs(Path(args.work), Scale(tuples=args.tuples), reps=args.job_reps)
+        print("the same with the master tables held in memory (reads cost ~nothing):")
+        doc["jobs_arrow_masters"] = exp_shared_jobs(
+            Path(args.work), Scale(tuples=args.tuples, master="arrow"), reps=args.job_reps
+        )
         five, ten = doc["jobs"]["sets"]["5"], doc["jobs"]["sets"]["10"]
         doc["ratios"] = {
             "shared/isolated": {
