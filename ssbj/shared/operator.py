@@ -131,8 +131,6 @@ class SharedJoin:
         self.jobs: dict[str, _Job] = {}
         for spec in jobs:
             self._add_job(spec)
-        if not self.jobs:
-            raise ConfigError("a shared join needs at least one job")
         # the columns each stream keeps: the union of its jobs' columns and keys
         self._keep: dict[str, list[str]] = {}
         for j in self.jobs.values():
