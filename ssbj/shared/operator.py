@@ -362,17 +362,19 @@ class SharedJoin:
             e_mask = self.store.masks(e_rids)
             u_mask = self.store.masks(u_rids)
         width = len(g.schema)  # the core names master columns after these (a clash gets _master)
+        master_part = enriched.select(list(range(width, enriched.num_columns)))
         for name in g.jobs:
             j = self.jobs[name]
             parts: list[pa.Table] = []
             sel = np.flatnonzero((e_mask & j.bit) != 0)
             if len(sel):
-                mpart = enriched.take(sel)
                 if g.inline:
-                    srows = mpart.select(j.stream_cols)
+                    srows = enriched.select(j.stream_cols).take(sel)
+                    order = None
                 else:
-                    srows = self.store.take(e_rids[sel], j.stream_cols, j.stream_schema)
-                mcols = [mpart.column(width + g.mcols.index(c)) for c in j.master_cols]
+                    srows, order = self.store.take_grouped(e_rids[sel], j.stream_cols, j.stream_schema)
+                mpart = master_part.take(sel if order is None else sel[order])
+                mcols = [mpart.column(g.mcols.index(c)) for c in j.master_cols]
                 parts.append(pa.Table.from_arrays(list(srows.columns) + mcols, schema=j.out_schema))
             usel = np.flatnonzero((u_mask & j.bit) != 0)
             j.counts.unmatched += len(usel)
