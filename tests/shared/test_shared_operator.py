@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from reference import as_multiset
 from shared_cases import JOBS, SETS, STREAMS, expected, interleave, make_stream, masters_for
 
-from ssbj.core import JoinSpec, SemiStreamJoin
+from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
 from ssbj.shared.operator import MasterSource, SharedJobSpec, SharedJoin
 
 
@@ -129,3 +130,30 @@ def test_shared_scan_reads_each_partition_once_per_step() -> None:
     read = sum(r.metrics.b for r in iso.run([t for _, t in interleave(streams, 50)]))
     assert len(sj.groups) == 1
     assert sj.master_rows_read() == read
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(0, 200), b=st.integers(1, 10), step=st.integers(1, 30), seed=st.integers(0, 1 << 16))
+def test_string_keys_are_verified(n: int, b: int, step: int, seed: int) -> None:
+    """Hashed (string) join keys: two jobs on two streams share one scan; exact per job."""
+    rng = np.random.default_rng(seed)
+    labels = [f"x{i}" for i in range(7)]
+    master = pa.table({"label": pa.array([*labels[:5], "x1"]), "info": pa.array(range(6), pa.int64())})
+    masters = {"notes": MasterSource(ArrowMaster(master, b), master.schema)}
+    stream = make_stream("orders", n, 5, seed)
+    notes = pa.array([labels[int(i)] for i in rng.integers(0, 7, n)], pa.string(), mask=rng.random(n) < 0.1)
+    stream = stream.set_column(3, "note", notes)
+    jobs = [
+        SharedJobSpec("by_note", "orders", "notes", "note", "label", ("info",)),
+        SharedJobSpec("by_note_left", "orders", "notes", "note", "label", None, ("oid",), "left"),
+    ]
+    sj = SharedJoin(jobs, {"orders": STREAMS["orders"]}, masters, step_rows=step)
+    got: dict[str, list[pa.Table]] = {j.name: [] for j in jobs}
+    for out in sj.run([("orders", stream.slice(i, 17)) for i in range(0, n, 17)]):
+        for k, t in out.items():
+            got[k].append(t)
+    assert len(sj.groups) == 1
+    for job in jobs:
+        want, _ = expected(job, stream, master)
+        t = pa.concat_tables(got[job.name]) if got[job.name] else sj.output_schema(job.name).empty_table()
+        assert as_multiset(t) == want
