@@ -24,6 +24,7 @@ import argparse
 import json
 import sqlite3
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -549,12 +550,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     doc: Json = json.loads(path.read_text()) if path.exists() else {}
-    doc["command"] = "python -m ssbj.bench.exp_shared " + " ".join(
-        argv if argv is not None else __import__("sys").argv[1:]
-    )
+    command = "python -m ssbj.bench.exp_shared " + " ".join(argv if argv is not None else sys.argv[1:])
+    doc.pop("command", None)
+    commands = doc.setdefault("commands", {})  # each part records the command that produced it
     if args.only in (None, "ilp"):
         print("ILP solve time (random query sets, seed 002 Section VII-C):")
         doc["ilp"] = exp_shared_ilp(args.reps)
+        commands["ilp"] = command
     if args.only in (None, "jobs"):
         print("shared vs isolated jobs (in process, SQLite masters):")
         doc["jobs"] = exp_shared_jobs(Path(args.work), Scale(tuples=args.tuples), reps=args.job_reps)
@@ -562,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["jobs_arrow_masters"] = exp_shared_jobs(
             Path(args.work), Scale(tuples=args.tuples, master="arrow"), reps=args.job_reps
         )
+        commands["jobs"] = command
         five, ten = doc["jobs"]["sets"]["5"], doc["jobs"]["sets"]["10"]
         doc["ratios"] = {
             "shared/isolated": {

@@ -32,4 +32,4 @@ def test_main_writes_ratios(tmp_path: Path) -> None:
     doc = json.loads((out / "results.json").read_text())
     r = doc["ratios"]["shared/isolated"]
     assert r["throughput"] > 0 and r["memory"] > 0
-    assert doc["command"].startswith("python -m ssbj.bench.exp_shared")
+    assert doc["commands"]["jobs"].startswith("python -m ssbj.bench.exp_shared")
