@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ssbj.bench.exp_shared import Scale, exp_shared_jobs, main
 
 
@@ -21,6 +23,7 @@ def test_tiny_run_is_exact(tmp_path: Path) -> None:
         assert all(c["waiting"] == 0 and c["tuples_in"] == c["matched"] + c["unmatched"] for c in counts.values())
 
 
+@pytest.mark.slow  # the command's warm-up builds the full-size master tables (~12 s)
 def test_main_writes_ratios(tmp_path: Path) -> None:
     out = tmp_path / "out"
     rc = main(
