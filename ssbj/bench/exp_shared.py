@@ -41,8 +41,10 @@ from ssbj.api import null_padded
 from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin
 from ssbj.core.spec import JoinSpec
+from ssbj.planning import estimate_row_bytes
 from ssbj.shared import ilp
 from ssbj.shared import randomqueries as rq
+from ssbj.shared.model import JobSketch, optimize
 from ssbj.shared.operator import MasterSource, SharedJobSpec, SharedJoin
 
 Json = dict[str, Any]
@@ -481,6 +483,49 @@ def check_exact(
     return out
 
 
+def predict(js: list[Job], db: Path, payloads: dict[str, list[bytes]], s: Scale) -> Json:
+    """Return what ``ssbj plan`` would predict for these jobs (ssbj.shared.model), for comparison."""
+    v_s = {n: estimate_row_bytes(SCHEMAS[n], decode(n, payloads[n][0])) for n in SCHEMAS}
+    sketches = []
+    for j in js:
+        sp = j.spec
+        key, _ = MASTERS[sp.master]
+        scan = SqlMasterScan(
+            f"sqlite:///{db}",
+            sp.master,
+            key,
+            s.partition_rows,
+            columns=[key, *(sp.master_columns or ())],
+            page_column="id",
+        )
+        first = scan.read_partition(0)
+        rows = scan.count_rows()
+        scan.close()
+        sketches.append(
+            JobSketch(
+                sp.name,
+                sp.stream,
+                sp.stream_key,
+                sp.master,
+                sp.master_key,
+                10_000.0,
+                v_s[sp.stream],
+                rows,
+                estimate_row_bytes(first.schema, first),
+                s.batch,
+                s.partition_rows,
+            )
+        )
+    plan = optimize(sketches)
+    return {
+        "stores": plan.stores,
+        "cpu_ratio": plan.isolated_cpu / plan.shared_cpu,
+        "memory_ratio": plan.isolated_memory / plan.shared_memory,
+        "shared_memory": plan.shared_memory,
+        "isolated_memory": plan.isolated_memory,
+    }
+
+
 def _median_run(runs: list[Json]) -> Json:
     """Return the run of median time (its outputs are checked; every run's time is kept)."""
     return dict(sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2])
@@ -521,6 +566,7 @@ def exp_shared_jobs(
             "shared": {**sh, "throughput": tuples / sh["seconds"]},
             "exact": exact,
             "all_exact": all(e["exact"] for v in exact.values() for e in v),
+            "predicted": predict(js, db, payloads, s),
             "ratios": {
                 "throughput": iso["seconds"] / sh["seconds"],
                 "memory": iso["peak_memory"] / sh["peak_memory"],
@@ -529,9 +575,11 @@ def exp_shared_jobs(
         }
         res["sets"][str(n)] = entry
         r = entry["ratios"]
+        pr = entry["predicted"]
         log(
             f"  {n} jobs: throughput x{r['throughput']:.2f}, memory /{r['memory']:.2f}, "
-            f"master rows read /{r['master_rows_read']:.2f}, exact: {entry['all_exact']}"
+            f"master rows read /{r['master_rows_read']:.2f}, exact: {entry['all_exact']}; "
+            f"predicted (Eq. 1-2): CPU /{pr['cpu_ratio']:.2f}, memory /{pr['memory_ratio']:.2f}"
         )
     return res
 
