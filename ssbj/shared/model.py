@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ssbj.core.costmodel import DISK_ROW_OVERHEAD, HS_TUPLE_OVERHEAD, CostModel
+from ssbj.errors import InputError
 from ssbj.shared.ilp import Predicate, Query, Relation, Solution, build, solve
 
 NARROW_ROW = 16.0  # bytes of a shared H_S tuple's row: join key and row id
@@ -111,7 +112,15 @@ def optimize(
     """Solve the sharing ILP for ``jobs``; predict CPU and memory of its plan and of isolated runs."""
     model = model or CostModel()
     rels, queries = instance(jobs, model, shards)
-    sol = solve(build(rels, queries), rels, capacity=capacity)
+    try:
+        sol = solve(build(rels, queries), rels, capacity=capacity)
+    except InputError as exc:
+        if capacity is None:
+            raise
+        raise InputError(
+            f"{exc}: at these rates no store of at most {max(shards)} shards stays within a shard's capacity "
+            f"of {capacity} core-s/s; raise the capacity or lower the rates"
+        ) from exc
     by_name = {j.name: j for j in jobs}
     stores: dict[tuple[str, str, int], list[str]] = {}
     for (qname, _start), steps in sol.orders.items():

@@ -70,3 +70,8 @@ def test_plan_text_and_shards_under_load(jobs: list[str], capsys: pytest.Capture
 def test_plan_without_inputs_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan"]) == 2
     assert "--stream" in capsys.readouterr().err
+
+
+def test_plan_beyond_capacity_says_so(jobs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--config", *jobs, "--rate", "1e9"]) == 2
+    assert "capacity" in capsys.readouterr().err
