@@ -59,6 +59,7 @@ from ssbj.core.bound import KeyDistribution, advise, key_distribution
 from ssbj.core.keys import check_compatible, encode_keys
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError
 from ssbj.files import check_output, file_format, read_error, rebatch
+from ssbj.pipeline import shared_plan
 from ssbj.pipeline.commands import add_commands
 from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, check_key_types, estimate_row_bytes, plan_join
 from ssbj.sql.cli import add_sql_commands
@@ -273,6 +274,15 @@ def _open_inputs(
 # ---------------------------------------------------------------------- ssbj plan
 def _cmd_plan(args: argparse.Namespace) -> int:
     """``ssbj plan``: the bound, the predicted cache share and rates, a budget for a target rate."""
+    if args.config:
+        plan, jobs = shared_plan.plan_configs(args.config, args.rate, args.capacity, args.calibration)
+        shared_plan.print_plan(plan, jobs, args.json)
+        return 0
+    missing = [
+        f"--{n.replace('_', '-')}" for n in ("stream", "master", "stream_key", "master_key") if not getattr(args, n)
+    ]
+    if missing:
+        raise _UsageError(f"plan needs {', '.join(missing)} (or --config JOB.yaml ...)")
     budget = parse_size(args.memory)
     stream_path, master_path = Path(args.stream), Path(args.master)
     s_fmt, m_fmt = file_format(stream_path, "stream"), file_format(master_path, "master")
@@ -676,10 +686,13 @@ def build_parser() -> argparse.ArgumentParser:
             "budget a target service rate needs; nothing is joined."
         ),
     )
-    plan.add_argument("--stream", required=True, help="stream file (.parquet, .pq, .csv, .csv.gz)")
-    plan.add_argument("--master", required=True, help="master file (.parquet, .pq, .csv, .csv.gz)")
-    plan.add_argument("--stream-key", required=True, help="join key column of the stream")
-    plan.add_argument("--master-key", required=True, help="join key column of the master data")
+    plan.add_argument("--config", nargs="+", help="job files: the sharing the ILP picks for them (docs/shared.md)")
+    plan.add_argument("--rate", type=float, default=10_000.0, help="with --config: stream tuples/s per job")
+    plan.add_argument("--capacity", type=float, default=1.0, help="with --config: core-s/s one shard can carry")
+    plan.add_argument("--stream", help="stream file (.parquet, .pq, .csv, .csv.gz)")
+    plan.add_argument("--master", help="master file (.parquet, .pq, .csv, .csv.gz)")
+    plan.add_argument("--stream-key", help="join key column of the stream")
+    plan.add_argument("--master-key", help="join key column of the master data")
     plan.add_argument("--master-columns", help="comma-separated master columns to add (default: all)")
     plan.add_argument("--memory", default=DEFAULT_MEMORY, help=f"memory budget (default {DEFAULT_MEMORY})")
     plan.add_argument("--target-rate", type=float, help="service rate (tuples/s) to find a budget for")

@@ -6,7 +6,8 @@ One module per group of experiments: :mod:`ssbj.bench.exp_paper` (the paper's fi
 :mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost),
 :mod:`ssbj.bench.exp_prefetch` (master partitions read ahead from a database: the overlap),
 :mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database),
-:mod:`ssbj.bench.exp_multiway` (the multi-way join: dpPick's probe order, the LSM-tree waiting store).
+:mod:`ssbj.bench.exp_multiway` (the multi-way join: dpPick's probe order, the LSM-tree waiting store),
+:mod:`ssbj.bench.exp_shared` (shared jobs: the sharing ILP's solve time, shared vs isolated).
 """
 
 from __future__ import annotations
@@ -31,10 +32,21 @@ from ssbj.bench.exp_paper import (
 )
 from ssbj.bench.exp_prefetch import exp_prefetch
 from ssbj.bench.exp_refresh import exp_refresh
+from ssbj.bench.exp_shared import Scale, exp_shared_ilp, exp_shared_jobs
 from ssbj.bench.harness import PRESETS, Bench, Json, Preset, exp_calibration
 from ssbj.errors import ConfigError
 
 __all__ = ["EXPERIMENTS", "PRESETS", "Preset", "run_experiments"]
+
+
+def _shared_ilp(bench: Bench) -> Json:
+    return exp_shared_ilp(reps=3, log=bench.log)
+
+
+def _shared_jobs(bench: Bench) -> Json:
+    scale = Scale(tuples=100_000) if bench.p.name == "small" else Scale()
+    return exp_shared_jobs(bench.work_dir / "shared", scale, seed=bench.seed, log=bench.log)
+
 
 EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "calibration": exp_calibration,
@@ -54,6 +66,8 @@ EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "hybrid": exp_hybrid,
     "multiway_order": exp_multiway_order,
     "multiway_spill": exp_multiway_spill,
+    "shared_ilp": _shared_ilp,
+    "shared_jobs": _shared_jobs,
 }
 
 
