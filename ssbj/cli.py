@@ -55,6 +55,7 @@ from ssbj.core import (
 )
 from ssbj.core.bound import KeyDistribution, advise, key_distribution
 from ssbj.core.keys import check_compatible, encode_keys
+from ssbj.cq.cli import add_maintain_command
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError
 from ssbj.pipeline.commands import add_commands
 from ssbj.planning import DEFAULT_MEMORY, JoinPlan, JoinSettings, check_key_types, estimate_row_bytes, plan_join
@@ -759,6 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(handler=_cmd_bench, accepts_extra=True)
 
     add_commands(sub)
+    add_maintain_command(sub)
     return parser
 
 
