@@ -103,7 +103,9 @@ class GroupState:
             out.append((key, vals))
         return out
 
-    def apply(self, plus: list[tuple[Any, ...]], minus: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    def apply(
+        self, plus: list[tuple[Any, ...]], minus: list[tuple[Any, ...]]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """Merge a batch's join results; returns the (removed, added) output rows."""
         before: dict[tuple[Any, ...], list[Any] | None] = {}
         for sign, part in ((1, self._partial(plus)), (-1, self._partial(minus))):
@@ -166,7 +168,11 @@ class GroupState:
                 elif a.func == "sum":
                     row.append(s)
                 else:
-                    row.append(float(_EXACT.divide(decimal.Decimal(s), decimal.Decimal(c))) if not isinstance(s, float) else s / c)
+                    row.append(
+                        float(_EXACT.divide(decimal.Decimal(s), decimal.Decimal(c)))
+                        if not isinstance(s, float)
+                        else s / c
+                    )
             else:
                 row.append(_const(o.const))
         return [tuple(row)] * (1 if plan.grouped else state[0])
@@ -197,7 +203,7 @@ class GroupState:
         return pa.schema(fields)
 
     def rows(self) -> list[tuple[Any, ...]]:
-        """The answer's rows (groups in insertion order)."""
+        """Return the answer's rows (groups in insertion order)."""
         out: list[tuple[Any, ...]] = []
         if self.plan.global_agg and not self.groups:
             return self._rows((), None)

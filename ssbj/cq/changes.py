@@ -46,7 +46,13 @@ class DeadLetter:
 
     def as_dict(self) -> dict[str, Any]:
         """As a row of :data:`DEAD_LETTER_SCHEMA`."""
-        return {"relation": self.relation, SEQ: self.seq, "position": self.position, "reason": self.reason, "row": self.row}
+        return {
+            "relation": self.relation,
+            SEQ: self.seq,
+            "position": self.position,
+            "reason": self.reason,
+            "row": self.row,
+        }
 
 
 def _row_json(table: pa.Table, i: int) -> str:
@@ -99,7 +105,10 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
         if c.not_null:
             mark(np.asarray(pc.is_null(arr)), f"{name}: NULL in a NOT NULL column")
         if c.max_length is not None and len(arr):
-            mark(np.asarray(pc.fill_null(pc.greater(pc.utf8_length(arr), c.max_length), False)), f"{name}: longer than {c.max_length}")
+            mark(
+                np.asarray(pc.fill_null(pc.greater(pc.utf8_length(arr), c.max_length), False)),
+                f"{name}: longer than {c.max_length}",
+            )
         cols[name] = arr
     cols[OP] = ops.combine_chunks() if isinstance(ops, pa.ChunkedArray) else ops
     cols[SEQ] = seq

@@ -46,7 +46,9 @@ def add_maintain_command(sub: Any) -> None:
     p.add_argument("--out", required=True, help="Parquet file for the answer after the last change")
     p.add_argument("--deltas", help="Parquet file for the answer's changes (_op, _seq)")
     p.add_argument("--dead-letters", help="Parquet file for changes not applied (default: OUT's name + .dead.parquet)")
-    p.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH, help=f"changes per micro-batch (default {DEFAULT_BATCH:,})")
+    p.add_argument(
+        "--batch-rows", type=int, default=DEFAULT_BATCH, help=f"changes per micro-batch (default {DEFAULT_BATCH:,})"
+    )
     p.add_argument("--checkpoint-dir", help="checkpoint after every batch here; resume from it when it holds one")
     p.set_defaults(handler=lambda a, _extra: run_maintain(a))
 

@@ -62,7 +62,7 @@ class Node:
 
     # -- liveness
     def _carried(self, fks: tuple[Any, ...], local: tuple[Any, ...], own_assert: tuple[Any, ...]) -> Any:
-        """The carried values of a tuple all of whose children are live, or BOTTOM."""
+        """Return the carried values of a tuple all of whose children are live, or BOTTOM."""
         vals = local
         children = self.children
         if not self.assert_plan:
@@ -167,7 +167,7 @@ class Node:
                 nonlive[ppk] = p.nc - 1
 
     def state(self) -> dict[str, Any]:
-        """The node's indexes (for checkpoints and exact comparisons)."""
+        """Return the node's indexes (for checkpoints and exact comparisons)."""
         return {
             "rows": self.rows,
             "live": self.live,

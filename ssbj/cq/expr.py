@@ -22,7 +22,7 @@ from ssbj.cq._sqlglot import sqlglot
 from ssbj.cq.schema import _arrow_type
 from ssbj.errors import ConfigError
 
-Value = pa.Array | pa.ChunkedArray | pa.Scalar
+Value = Any  # a pyarrow Array, ChunkedArray or Scalar (pyarrow has no type stubs)
 Resolver = Callable[[Any], Value | None]
 
 _CMP = {"EQ": "equal", "NEQ": "not_equal", "LT": "less", "LTE": "less_equal", "GT": "greater", "GTE": "greater_equal"}
@@ -30,7 +30,7 @@ _ARITH = {"Add": "add_checked", "Sub": "subtract_checked", "Mul": "multiply_chec
 
 
 def unsupported(node: Any, what: str = "expression") -> ConfigError:
-    """The error for a construct outside the supported subset, naming it."""
+    """Return the error for a construct outside the supported subset, naming it."""
     return ConfigError(f"continuous query: {what} {type(node).__name__} ({node.sql()[:80]!r}) is not supported")
 
 
@@ -207,7 +207,7 @@ def _common(a: Value, b: Value) -> tuple[Value, Value]:
 
 
 def to_array(v: Value, length: int) -> pa.Array:
-    """An array of ``length`` rows from an evaluation result (a scalar is repeated)."""
+    """Return an array of ``length`` rows from an evaluation result (a scalar is repeated)."""
     if isinstance(v, pa.ChunkedArray):
         return v.combine_chunks()
     return _as_array(v, length)

@@ -11,7 +11,7 @@ exactly.
 from __future__ import annotations
 
 import io
-import pickle  # noqa: S403 - our own checkpoint files only (see restore)
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,8 @@ class BatchDelta:
 def _keys(table: pa.Table, cols: tuple[str, ...]) -> list[Any]:
     """Key values per row: a scalar for one column, a tuple for several (None if any part is NULL)."""
     if len(cols) == 1:
-        return table.column(cols[0]).to_pylist()
+        values: list[Any] = table.column(cols[0]).to_pylist()
+        return values
     parts = [table.column(c).to_pylist() for c in cols]
     return [None if None in t else t for t in zip(*parts, strict=True)]
 
@@ -138,7 +139,7 @@ class ContinuousQuery:
         """Apply one micro-batch (rows with ``_op``/``_seq``, any relations, any order); its delta."""
         plan = self.plan
         dead: list[DeadLetter] = []
-        prepared = []
+        prepared: list[tuple[str, list[Any], list[bool], list[Any]]] = []
         raw = []
         seqs, rel_ix, row_ix = [], [], []
         for relation, table in batch.items():
@@ -164,7 +165,9 @@ class ContinuousQuery:
             rows = np.concatenate(row_ix)[order].tolist()
             stale = np.zeros(len(order), dtype=bool)
             if len(order):
-                stale[1:] = sorted_seq[1:] == sorted_seq[:-1]
+                repeat = sorted_seq[1:] == sorted_seq[:-1]
+                stale[1:] |= repeat  # all changes sharing a _seq: none of them is known to come first
+                stale[:-1] |= repeat
                 if self.last_seq is not None:
                     stale |= sorted_seq <= self.last_seq
             stale_l = stale.tolist()
@@ -205,15 +208,21 @@ class ContinuousQuery:
 
     @staticmethod
     def _dead(relation: str, table: pa.Table, i: int, reason: str) -> DeadLetter:
-        return DeadLetter(relation, table.column(SEQ)[i].as_py(), int(table.column(POS)[i].as_py()), reason, _row_json(table.drop_columns([POS]), i))
+        return DeadLetter(
+            relation,
+            table.column(SEQ)[i].as_py(),
+            int(table.column(POS)[i].as_py()),
+            reason,
+            _row_json(table.drop_columns([POS]), i),
+        )
 
     # -- the answer
     def result(self) -> pa.Table:
-        """The query's answer now."""
+        """Return the query's answer now."""
         return self.groups.table()
 
     def delta_table(self, delta: BatchDelta) -> pa.Table:
-        """A batch's delta as rows with ``_op`` (``-`` first, then ``+``) and ``_seq``."""
+        """Return a batch's delta as rows with ``_op`` (``-`` first, then ``+``) and ``_seq``."""
         schema = self.groups.output_schema()
         rows = delta.removed + delta.added
         ops = ["-"] * len(delta.removed) + ["+"] * len(delta.added)
@@ -258,17 +267,34 @@ class ContinuousQuery:
         """Write the state as checkpoint ``checkpoint_id`` under ``path`` (atomic; older ones collected)."""
         store = DirectoryStore(path)
         buf = io.BytesIO()
-        pickle.dump({"format": _FORMAT, "fingerprint": self.plan.fingerprint, "state": self.state(), "dead": len(self.dead_letters)}, buf, protocol=5)
+        pickle.dump(
+            {
+                "format": _FORMAT,
+                "fingerprint": self.plan.fingerprint,
+                "state": self.state(),
+                "dead": len(self.dead_letters),
+            },
+            buf,
+            protocol=5,
+        )
         name = f"cq-{checkpoint_id}.pickle"
         store.write(name, buf.getvalue())
         store.write_manifest(
             checkpoint_id,
-            {"files": [name], "fingerprint": self.plan.fingerprint, "last_seq": self.last_seq, "applied": self.applied, "position": position},
+            {
+                "files": [name],
+                "fingerprint": self.plan.fingerprint,
+                "last_seq": self.last_seq,
+                "applied": self.applied,
+                "position": position,
+            },
         )
 
     @classmethod
-    def restore(cls, plan: QueryPlan, path: str | Path, checkpoint_id: int | None = None) -> tuple[ContinuousQuery, dict[str, Any]]:
-        """The query restored from a checkpoint this class wrote for the same query and schema, and its manifest."""
+    def restore(
+        cls, plan: QueryPlan, path: str | Path, checkpoint_id: int | None = None
+    ) -> tuple[ContinuousQuery, dict[str, Any]]:
+        """Restore a checkpoint this class wrote for the same query and schema; also returns its manifest."""
         store = DirectoryStore(path)
         cid, manifest = store.read_manifest(checkpoint_id)
         if manifest.get("fingerprint") != plan.fingerprint:

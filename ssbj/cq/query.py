@@ -119,7 +119,7 @@ class QueryPlan:
         return [a for a in self.order if self.aliases[a].relation == relation]
 
     def slot_resolver(self, slot_arrays: list[pa.Array]) -> Any:
-        """Resolver for expressions over join results: a slot's node gives its array."""
+        """Return a resolver for expressions over join results: a slot's node gives its array."""
         by_id = {id(s.node): i for i, s in enumerate(self.slots)}
 
         def resolve(node: Any) -> Any:
@@ -129,7 +129,7 @@ class QueryPlan:
         return resolve
 
     def column_resolver(self, alias: str, table: pa.Table) -> Any:
-        """Resolver for single-alias expressions over rows of ``alias``'s relation."""
+        """Return a resolver for single-alias expressions over rows of ``alias``'s relation."""
         colref = self.colref
 
         def resolve(node: Any) -> Any:
@@ -206,7 +206,7 @@ def _flatten_derived(select: Any, exp: Any) -> Any:
         if target is None:
             raise ConfigError(f"continuous query: column {node.sql()!r} is not an output of the derived table")
         node.replace(target.copy() if isinstance(target, exp.Column) else exp.Paren(this=target.copy()))
-    out_from = outer.args.get("from_") and "from_" or "from"
+    out_from = (outer.args.get("from_") and "from_") or "from"
     outer.set(out_from, inner.args.get("from_") or inner.args.get("from"))
     outer.set("joins", inner.args.get("joins"))
     where = [w for w in (inner.args.get("where"), outer.args.get("where")) if w is not None]
@@ -329,9 +329,7 @@ def plan_query(sql: str, tables: dict[str, Table]) -> QueryPlan:
     outputs: list[OutputColumn] = []
     keys: list[Any] = []
     aggregates: list[Aggregate] = []
-    select_aliases = {
-        e.alias.lower(): e.unalias() for e in select.expressions if isinstance(e, exp.Alias) and e.alias
-    }
+    select_aliases = {e.alias.lower(): e.unalias() for e in select.expressions if isinstance(e, exp.Alias) and e.alias}
     group = select.args.get("group")
     group_nodes: list[Any] = []
     for g in group.expressions if group is not None else []:
@@ -403,11 +401,14 @@ def plan_query(sql: str, tables: dict[str, Table]) -> QueryPlan:
     )
     _make_slots(plan, exp)
     _type_slots(plan)
+    from ssbj.cq.aggregate import GroupState  # checks the output expressions' types
+
+    GroupState(plan)
     return plan
 
 
 def _canon(node: Any, colref: dict[int, tuple[str, str]], exp: Any) -> str:
-    """SQL text with the aliases of its columns (to match SELECT items to GROUP BY items)."""
+    """Return the SQL text with the aliases of its columns (to match SELECT items to GROUP BY items)."""
     return _canon_walk(node, colref, exp)
 
 
@@ -452,10 +453,12 @@ def _join_tree(
         for p, pp in aliases.items():
             if p == c:
                 continue
-            fk: list[str] = []
+            fk_cols: list[str] = []
             for k in pk:
                 cls = uf.find((c, k))
-                options = [col for col in tables[pp.relation].columns if uf.find((p, col)) == cls and (p, col) in uf.parent]
+                options = [
+                    col for col in tables[pp.relation].columns if uf.find((p, col)) == cls and (p, col) in uf.parent
+                ]
                 if not options:
                     break
                 declared = [
@@ -463,9 +466,9 @@ def _join_tree(
                     for f in tables[pp.relation].foreign_keys
                     if f.ref_table == cp.relation and (f.ref_columns or pk) == pk
                 ]
-                fk.append(next((o for o in options if o in declared), sorted(options)[0]))
+                fk_cols.append(next((o for o in options if o in declared), sorted(options)[0]))
             else:
-                cand[p].append((c, tuple(fk)))
+                cand[p].append((c, tuple(fk_cols)))
                 indeg[c] += 1
     for a, b in equalities:
         covered = any(_covers(a, b, p, c, fk, tables, aliases) for p in cand for c, fk in cand[p])
@@ -476,7 +479,11 @@ def _join_tree(
             )
     roots = [a for a, d in indeg.items() if d == 0]
     if len(roots) != 1:
-        what = "no alias that no other references (a join cycle)" if not roots else f"several roots {sorted(roots)}"
+        what = (
+            "no alias that no other references (a join cycle)"
+            if not roots
+            else f"several roots {sorted(roots)} (a cross product, or a join not on a key)"
+        )
         raise ConfigError(f"continuous query: the join is not foreign-key acyclic with one root: {what}")
     _check_acyclic(cand)
     parent: dict[str, str | None] = {roots[0]: None}
@@ -491,7 +498,9 @@ def _join_tree(
                 queue.append(c)
     missing = [a for a in aliases if a not in parent]
     if missing:
-        raise ConfigError(f"continuous query: alias(es) {missing} are not joined to the rest by a key (a cross product)")
+        raise ConfigError(
+            f"continuous query: alias(es) {missing} are not joined to the rest by a key (a cross product)"
+        )
     return parent, parent_fk
 
 
@@ -508,11 +517,13 @@ def _covers(
     return (a, b) in pairs or (b, a) in pairs
 
 
-def _implied(a: tuple[str, str], b: tuple[str, str], cand: dict[str, list[tuple[str, tuple[str, ...]]]], uf: Any) -> bool:
-    """An equality between two foreign keys (Q5's c_nationkey = s_nationkey) is fine if a key is in its class."""
+def _implied(
+    a: tuple[str, str], b: tuple[str, str], cand: dict[str, list[tuple[str, tuple[str, ...]]]], uf: Any
+) -> bool:
+    """Accept an equality of two foreign keys (Q5's c_nationkey = s_nationkey) if a key is in its class."""
     cls = uf.find(a)
     for p, edges in cand.items():
-        for c, fk in edges:
+        for _c, fk in edges:
             for f in fk:
                 if uf.find((p, f)) == cls:
                     return True
@@ -593,6 +604,7 @@ class _UnionFind:
 
 def _make_slots(plan: QueryPlan, exp: Any) -> None:
     """Replace single-alias sub-expressions of the output by slots (by node identity)."""
+
     def visit(node: Any) -> None:
         if is_constant(node):
             return

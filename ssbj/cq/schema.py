@@ -47,7 +47,7 @@ class Table:
     foreign_keys: list[ForeignKey] = field(default_factory=list)
 
     def arrow_schema(self) -> pa.Schema:
-        """The Arrow schema changes of this relation are cast to."""
+        """Return the Arrow schema that changes of this relation are cast to."""
         return pa.schema([pa.field(c.name, c.type, not c.not_null) for c in self.columns.values()])
 
 
@@ -132,7 +132,9 @@ def parse_schema(ddl: str) -> dict[str, Table]:
             else:
                 raise ConfigError(f"schema DDL: table {name}: {item.sql()!r} is not supported")
         if not pk:
-            raise ConfigError(f"schema DDL: table {name} has no PRIMARY KEY (every relation of a continuous query needs one)")
+            raise ConfigError(
+                f"schema DDL: table {name} has no PRIMARY KEY (every relation of a continuous query needs one)"
+            )
         for c in pk:
             if c not in columns:
                 raise ConfigError(f"schema DDL: primary key column {name}.{c} is not a column")

@@ -33,16 +33,18 @@ def to_python(arr: pa.Array | pa.ChunkedArray) -> list[Any]:
             scale = t.scale
             return [None if v is None else int(v.scaleb(scale, _EXACT)) for v in arr.to_pylist()]
         mask = None if arr.null_count == 0 else np.asarray(pc.is_null(arr))
-        return pa.array(low, mask=mask).to_pylist()
+        out: list[Any] = pa.array(low, mask=mask).to_pylist()
+        return out
     if pa.types.is_date32(t):
-        return arr.view(pa.int32()).to_pylist()
-    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
-        return arr.cast(pa.string()).to_pylist()
-    return arr.to_pylist()
+        arr = arr.view(pa.int32())
+    elif pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        arr = arr.cast(pa.string())
+    values: list[Any] = arr.to_pylist()
+    return values
 
 
 def from_python(values: list[Any], t: pa.DataType) -> pa.Array:
-    """The inverse of :func:`to_python`: an array of type ``t``."""
+    """Invert :func:`to_python`: an array of type ``t``."""
     if pa.types.is_decimal128(t):
         try:
             ints = pa.array(values, pa.int64())
