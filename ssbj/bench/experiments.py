@@ -5,7 +5,8 @@ One module per group of experiments: :mod:`ssbj.bench.exp_paper` (the paper's fi
 :mod:`ssbj.bench.exp_bound` (Theorem 1's bound against what both algorithms achieve),
 :mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost),
 :mod:`ssbj.bench.exp_prefetch` (master partitions read ahead from a database: the overlap),
-:mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database).
+:mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database),
+:mod:`ssbj.bench.exp_cq` (continuous queries: Q7 under inserts and deletes).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ssbj.bench.exp_bound import exp_bound
+from ssbj.bench.exp_cq import exp_cq
 from ssbj.bench.exp_hashjoin import exp_hashjoin, exp_throughput
 from ssbj.bench.exp_hybrid import exp_hybrid
 from ssbj.bench.exp_paper import (
@@ -50,6 +52,7 @@ EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "refresh": exp_refresh,
     "prefetch": exp_prefetch,
     "hybrid": exp_hybrid,
+    "cq": exp_cq,
 }
 
 

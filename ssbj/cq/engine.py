@@ -87,6 +87,9 @@ class Node:
     def insert(self, pk: Any, fks: tuple[Any, ...], local: tuple[Any, ...], own_assert: tuple[Any, ...]) -> None:
         """Insert a tuple that is not present (the caller checked)."""
         self.rows[pk] = (fks, local, own_assert)
+        if not self.nc and not self.assert_plan:  # a leaf: live at once, carrying its own slots
+            self._insert_update(pk, local)
+            return
         s = 0
         for i, c in enumerate(self.children):
             fk = fks[i]
@@ -109,11 +112,10 @@ class Node:
     # -- Algorithm 2: Insert-Update(t, R)
     def _insert_update(self, pk: Any, carried: tuple[Any, ...]) -> None:
         self.live[pk] = carried
-        if self.is_root:
+        p = self.parent
+        if p is None:  # the root: a join result enters ΔQ
             self.sink[0].append(carried)
             return
-        p = self.parent
-        assert p is not None  # noqa: S101 - a non-root node has a parent
         refs = p.index[self.parent_pos].get(pk)
         if not refs:
             return
@@ -149,11 +151,10 @@ class Node:
     def _delete_update(self, pk: Any) -> None:
         carried = self.live.pop(pk)
         self.nonlive[pk] = self.nc  # all children live; it leaves L(R) because it goes or a parent check fails
-        if self.is_root:
+        p = self.parent
+        if p is None:  # the root: a join result leaves ΔQ
             self.sink[1].append(carried)
             return
-        p = self.parent
-        assert p is not None  # noqa: S101 - a non-root node has a parent
         refs = p.index[self.parent_pos].get(pk)
         if not refs:
             return

@@ -49,6 +49,8 @@ def _keys(table: pa.Table, cols: tuple[str, ...]) -> list[Any]:
         values: list[Any] = table.column(cols[0]).to_pylist()
         return values
     parts = [table.column(c).to_pylist() for c in cols]
+    if not any(table.column(c).null_count for c in cols):
+        return list(zip(*parts, strict=True))
     return [None if None in t else t for t in zip(*parts, strict=True)]
 
 
@@ -172,6 +174,7 @@ class ContinuousQuery:
                     stale |= sorted_seq <= self.last_seq
             stale_l = stale.tolist()
             present = [self.present[p[0]] for p in prepared]
+            applied = 0
             for k in range(len(rels)):
                 r, i = rels[k], rows[k]
                 relation, pks, ins, per_alias = prepared[r]
@@ -196,7 +199,8 @@ class ContinuousQuery:
                     for node, _, _, _, _ in per_alias:
                         if pk in node.rows:
                             node.delete(pk)
-                self.applied += 1
+                applied += 1
+            self.applied += applied
             good = sorted_seq[~stale]
             if len(good):
                 self.last_seq = int(good[-1])

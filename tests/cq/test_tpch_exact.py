@@ -55,7 +55,9 @@ def _run(sql: str, plan, changes: Changes, batch: int, every: int = 1) -> Contin
         assert len(cq.dead_letters) == snap.rejected
         assert delta.applied == hi - snap.rejected
         if b % every == 0 or b == len(bounds) - 1:
-            assert_same(cq.result(), duckdb_rows(sql, snap.tables(changes)), f"batch {b} ({hi} changes)")
+            result = cq.result()
+            assert_same(result, duckdb_rows(sql, snap.tables(changes)), f"batch {b} ({hi} changes)")
+            cq.most_rows = max(getattr(cq, "most_rows", 0), result.num_rows)  # type: ignore[attr-defined]
     return cq
 
 
@@ -113,7 +115,8 @@ def test_random_interleaving_sf001(sf001: dict[str, pa.Table], query: str) -> No
     sql, plan = _plan(query, sf001)
     ch = random_sequence(sf001, plan.relations(), seed=zlib.crc32(query.encode()) % 1000)
     cq = _run(sql, plan, ch, batch=5_000)
-    assert cq.result().num_rows > 0
+    # not vacuous: the answer was not empty all along (it may end empty: a nation deleted for good)
+    assert cq.most_rows > 0  # type: ignore[attr-defined]
 
 
 def customers_move(data: dict[str, pa.Table], ch: Changes, rng: np.random.Generator, n: int) -> None:
