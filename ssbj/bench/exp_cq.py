@@ -163,7 +163,8 @@ class DuckState:
             self.con.register("d", dels)
             if name == "lineitem":
                 self.con.execute(
-                    "delete from lineitem where (l_orderkey, l_linenumber) in (select (l_orderkey, l_linenumber) from d)"
+                    "delete from lineitem where (l_orderkey, l_linenumber) in "
+                    "(select (l_orderkey, l_linenumber) from d)"
                 )
             else:
                 self.con.execute(f"delete from {name} where {PK[name]} in (select {PK[name]} from d)")  # noqa: S608
@@ -268,9 +269,9 @@ def _run_sf(bench: Bench, sf: float, cfg: dict[str, Any]) -> Json:
                 "baseline_batches_timed": n_base,
             }
         )
-        bench.log(
-            f"cq sf={sf:g} batch={b}: {n / sum(t_cq):,.0f} changes/s, x{re_batch / cq_batch:.1f} vs recompute, x{dj_batch / cq_batch:.1f} vs delta join"
-        )
+        rate = n / sum(t_cq)
+        ratios = f"x{re_batch / cq_batch:.1f} vs recompute, x{dj_batch / cq_batch:.1f} vs delta join"
+        bench.log(f"cq sf={sf:g} batch={b}: {rate:,.0f} changes/s, {ratios}")
         pos = seg_end
     res["updates"] = points
     engine = {tuple(r.values())[:3]: tuple(r.values())[3] for r in cq.result().to_pylist()}
