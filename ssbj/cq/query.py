@@ -153,6 +153,38 @@ def _conjuncts(node: Any, exp: Any) -> list[Any]:
     return [node]
 
 
+def _implied_selections(cond: Any, aliases_in: Any, exp: Any) -> list[tuple[str, Any]]:
+    """Single-alias conditions a multi-alias disjunction implies, pushed down as selections.
+
+    ``(n1 = a AND n2 = b) OR (n1 = b AND n2 = a)`` (Q7) implies ``n1 = a OR n1 = b`` and the
+    same for n2: tuples failing them can never join into a result, so they need not become
+    live.  The disjunction itself stays as a residual condition on the join results.
+    """
+    body = cond.this if isinstance(cond, exp.Paren) else cond
+    if not isinstance(body, exp.Or):
+        return []
+    disjuncts: list[Any] = []
+    stack = [body]
+    while stack:
+        d = stack.pop()
+        d = d.this if isinstance(d, exp.Paren) else d
+        if isinstance(d, exp.Or):
+            stack.extend((d.this, d.expression))
+        else:
+            disjuncts.append(d)
+    out: list[tuple[str, Any]] = []
+    for alias in sorted(aliases_in(cond)):
+        parts = []
+        for d in disjuncts:
+            mine = [x for x in _conjuncts(d, exp) if aliases_in(x) == {alias}]
+            if not mine:
+                break
+            parts.append(exp.and_(*mine) if len(mine) > 1 else mine[0].copy())
+        else:
+            out.append((alias, exp.or_(*parts)))
+    return out
+
+
 def _reject(select: Any, exp: Any) -> None:
     for key, what in (
         ("having", "HAVING"),
@@ -304,6 +336,9 @@ def plan_query(sql: str, tables: dict[str, Table]) -> QueryPlan:
             aliases[next(iter(used))].selection.append(c)
         else:
             residual.append(c)
+            for alias, implied in _implied_selections(c, aliases_in, exp):
+                resolve_columns(implied)
+                aliases[alias].selection.append(implied)
 
     tree_parent, tree_fk = _join_tree(aliases, tables, equalities)
     roots = [a for a in aliases if tree_parent[a] is None]

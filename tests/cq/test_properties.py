@@ -42,6 +42,7 @@ def scenario(draw: Any) -> dict[str, Any]:
     kind = draw(st.sampled_from(["group", "global", "rows"]))
     gcol = draw(st.integers(0, n - 1))
     filt = draw(st.one_of(st.none(), st.integers(0, n - 1)))
+    pair = draw(st.one_of(st.none(), st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
     key = st.integers(0, KEYS - 1)
 
     def sometimes_null(values: Any, one_in: int) -> Any:  # one_of(x, none()) would pick NULL half the time
@@ -70,6 +71,7 @@ def scenario(draw: Any) -> dict[str, Any]:
         "kind": kind,
         "g": gcol,
         "filter": filt,
+        "pair": pair,
         "steps": steps,
         "cuts": cuts,
         "ckpt": ckpt,
@@ -100,6 +102,9 @@ def _sql(sc: dict[str, Any]) -> str:
     where = list(joins)
     if sc["filter"] is not None:
         where.append(f"r{sc['filter']}.g <> 1")
+    if sc.get("pair"):  # Q7's shape: a disjunction over two aliases (single-alias parts get pushed down)
+        a, b = sc["pair"]
+        where.append(f"((r{a}.g = 0 and r{b}.g = 2) or (r{a}.g = 2 and r{b}.g = 0 and r{a}.v > 0))")
     tables = ", ".join(f"r{i}" for i in range(n))
     cond = " and ".join(where) if where else "true"
     g = f"r{sc['g']}.g"
