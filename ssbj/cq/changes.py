@@ -55,6 +55,19 @@ class DeadLetter:
         }
 
 
+def plain_strings(table: pa.Table) -> pa.Table:
+    """Cast string_view/binary_view columns (as Parquet writers such as tpchgen-cli produce) to plain ones."""
+    fields = []
+    for f in table.schema:
+        if pa.types.is_string_view(f.type):
+            f = pa.field(f.name, pa.string(), f.nullable)
+        elif pa.types.is_binary_view(f.type):
+            f = pa.field(f.name, pa.binary(), f.nullable)
+        fields.append(f)
+    schema = pa.schema(fields)
+    return table if schema == table.schema else table.cast(schema)
+
+
 def _row_json(table: pa.Table, i: int) -> str:
     row = {k: v[0] for k, v in table.slice(i, 1).to_pydict().items()}
     return json.dumps(row, default=str, sort_keys=True)
@@ -138,7 +151,7 @@ class ChangeDirectory:
             if not f.exists():
                 continue  # no changes of this relation
             try:
-                t = pq.read_table(f)
+                t = plain_strings(pq.read_table(f))
             except (OSError, pa.ArrowInvalid) as exc:
                 raise InputError(f"changes file {f} is not readable Parquet: {exc}") from exc
             if OP not in t.column_names or SEQ not in t.column_names:
