@@ -11,7 +11,8 @@ Every command, with the module that implements it:
 * ``ssbj quickstart``: write a demo job (:mod:`ssbj.pipeline.quickstart`);
 * ``ssbj sql``: print the warehouse DDL (:mod:`ssbj.warehouse`);
 * ``ssbj check``, ``ssbj gate``, ``ssbj publish``, ``ssbj quarantine``: the quality gate on a
-  run's rows (:mod:`ssbj.pipeline.quality`, :mod:`ssbj.pipeline.audit`).
+  run's rows (:mod:`ssbj.pipeline.quality`, :mod:`ssbj.pipeline.audit`);
+* ``ssbj maintain``: a continuous query kept exact under inserts and deletes (:mod:`ssbj.cq.cli`).
 
 ``ssbj join`` replays a stream file (Parquet or CSV) through the operator as if it were
 arriving, batch by batch, with a master file as R, and streams the enriched rows to a

@@ -11,15 +11,17 @@ groups are then merged here, and their old and new rows are the batch's delta.
 from __future__ import annotations
 
 import decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssbj.cq.expr import evaluate, to_array
-from ssbj.cq.query import QueryPlan
+from ssbj.cq.expr import constant, evaluate, to_array
 from ssbj.cq.values import from_python
 from ssbj.errors import ConfigError
+
+if TYPE_CHECKING:  # query.py builds a GroupState to check a plan's output types
+    from ssbj.cq.query import QueryPlan
 
 _EXACT = decimal.Context(prec=200)
 
@@ -222,6 +224,4 @@ class GroupState:
 
 
 def _const(node: Any) -> Any:
-    from ssbj.cq.expr import constant
-
     return constant(node)

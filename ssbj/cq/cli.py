@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ssbj.cq.changes import DEAD_LETTER_SCHEMA, ChangeDirectory
-from ssbj.cq.maintainer import ContinuousQuery
+from ssbj.cq.maintainer import BatchDelta, ContinuousQuery
 from ssbj.cq.query import plan_query
 from ssbj.cq.schema import parse_schema
 from ssbj.errors import ConfigError, InputError
@@ -107,7 +107,5 @@ def run_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _empty_delta() -> Any:
-    from ssbj.cq.maintainer import BatchDelta
-
+def _empty_delta() -> BatchDelta:
     return BatchDelta([], [], None, 0, [])

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from ssbj.cq._sqlglot import sqlglot
+from ssbj.cq.aggregate import GroupState
 from ssbj.cq.expr import evaluate, is_constant, to_array, unsupported
 from ssbj.cq.schema import Table
 from ssbj.errors import ConfigError
@@ -436,9 +437,7 @@ def plan_query(sql: str, tables: dict[str, Table]) -> QueryPlan:
     )
     _make_slots(plan, exp)
     _type_slots(plan)
-    from ssbj.cq.aggregate import GroupState  # checks the output expressions' types
-
-    GroupState(plan)
+    GroupState(plan)  # checks the output expressions' types
     return plan
 
 
