@@ -103,6 +103,8 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     pos = table.column(POS) if POS in table.column_names else pa.array(np.arange(n, dtype=np.int64))
 
     def mark(mask: np.ndarray, why: str) -> None:
+        if not mask.any():
+            return
         for i in np.flatnonzero(mask):
             if reasons[i] is None:
                 reasons[i] = why
@@ -115,7 +117,7 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     for name, c in spec.columns.items():
         arr, bad = _cast_column(table.column(name), c.type)
         mark(bad, f"{name}: value does not fit {c.type}")
-        if c.not_null:
+        if c.not_null and arr.null_count:
             mark(np.asarray(pc.is_null(arr)), f"{name}: NULL in a NOT NULL column")
         if c.max_length is not None and len(arr):
             mark(

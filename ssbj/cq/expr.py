@@ -101,7 +101,7 @@ def evaluate(node: Any, resolve: Resolver, length: int) -> Value:
     got = resolve(node)
     if got is not None:
         return got
-    if is_constant(node) and not isinstance(node, (exp.Null, exp.Boolean)):
+    if isinstance(node, (exp.Literal, exp.Cast, exp.Add, exp.Sub, exp.Neg, exp.Paren)) and is_constant(node):
         return _scalar(constant(node))
     kind = type(node).__name__
     if isinstance(node, exp.Column):
