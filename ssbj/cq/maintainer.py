@@ -27,7 +27,7 @@ from ssbj.cq.engine import Node
 from ssbj.cq.expr import evaluate, to_array
 from ssbj.cq.query import QueryPlan
 from ssbj.cq.values import to_python
-from ssbj.errors import CheckpointError
+from ssbj.errors import CheckpointError, ConfigError
 
 _FORMAT = 1
 
@@ -235,6 +235,29 @@ class ContinuousQuery:
         data[OP] = pa.array(ops, pa.string())
         data[SEQ] = pa.array([delta.seq] * len(rows), pa.int64())
         return pa.table(data)
+
+    def upserts(self, delta: BatchDelta) -> tuple[pa.Table, pa.Table]:
+        """Turn a batch's delta into idempotent warehouse writes: rows to upsert, group keys to delete.
+
+        The key is the output's group-by columns; a changed group that still exists is
+        upserted with its new row, one that vanished is deleted by key.  Applying the same
+        writes twice leaves the table as once (a retried micro-batch is harmless).  A query
+        without GROUP BY and aggregates has no key: its answer is a multiset, kept by deltas.
+        """
+        plan = self.plan
+        if not plan.grouped:
+            raise ConfigError("continuous query: upserts need a GROUP BY or an aggregate (the rows have no key)")
+        key_cols = [o.name for o in plan.outputs if o.key is not None]
+        added = self.delta_table(BatchDelta([], delta.added, delta.seq, delta.applied, []))
+        gone = self.delta_table(BatchDelta(delta.removed, [], delta.seq, delta.applied, []))
+        new_keys = {tuple(r[c] for c in key_cols) for r in added.select(key_cols).to_pylist()}
+        keep = [tuple(r[c] for c in key_cols) not in new_keys for r in gone.select(key_cols).to_pylist()]
+        deletes = (
+            gone.filter(pa.array(keep, pa.bool_())).select([*key_cols, SEQ])
+            if gone.num_rows
+            else gone.select([*key_cols, SEQ])
+        )
+        return added.drop_columns([OP]), deletes
 
     def state(self) -> dict[str, Any]:
         """Everything the answer and future changes depend on (compared exactly in tests)."""

@@ -16,6 +16,7 @@ from ssbj.cli import main
 from ssbj.cq.maintainer import ContinuousQuery
 from ssbj.cq.query import plan_query
 from ssbj.cq.schema import parse_schema
+from ssbj.errors import ConfigError
 
 DDL = """
 create table c (ck integer primary key, name varchar(5) not null, nk integer references n(nk));
@@ -208,3 +209,34 @@ def test_maintain_command_reports_unsupported_sql(tmp_path: Path, capsys: pytest
         ]
     )
     assert rc == 2 and "LIMIT is not supported" in capsys.readouterr().err
+
+
+def test_upserts_keep_a_keyed_table_current_and_are_idempotent(tpch_small: dict[str, pa.Table]) -> None:
+    sql = (EXAMPLES / "q10.sql").read_text()
+    plan = plan_query(sql, parse_schema((EXAMPLES / "tpch_schema.sql").read_text()))
+    rels = plan.relations()
+    ch = Changes({r: tpch_small[r] for r in rels})
+    rng = np.random.default_rng(2)
+    ch.events = shuffled_inserts(ch.versions, rng, rels)
+    okeys = tpch_small["lineitem"].column("l_orderkey").to_numpy()
+    for i in rng.choice(tpch_small["orders"].num_rows, size=300, replace=False):
+        ok = tpch_small["orders"].column("o_orderkey")[int(i)].as_py()
+        ch.events += [("lineitem", "-", int(j)) for j in np.flatnonzero(okeys == ok)] + [("orders", "-", int(i))]
+    cq = ContinuousQuery(plan)
+    keys = [o.name for o in plan.outputs if o.key is not None]
+    table: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for lo, hi in ch.batches(9_000):
+        ups, dels = cq.upserts(cq.apply(ch.frames(lo, hi)))
+        for _ in range(2):  # a retried batch: the same writes again change nothing
+            for r in ups.to_pylist():
+                r.pop("_seq")
+                table[tuple(r[k] for k in keys)] = r
+            for r in dels.to_pylist():
+                table.pop(tuple(r[k] for k in keys), None)
+        want = {tuple(r[k] for k in keys): r for r in cq.result().to_pylist()}
+        assert table == want
+    assert len(table) > 0
+    with pytest.raises(ConfigError, match="upserts need a GROUP BY"):
+        ContinuousQuery(
+            plan_query("select o_orderkey from orders", parse_schema((EXAMPLES / "tpch_schema.sql").read_text()))
+        ).upserts(cq.apply({}))
