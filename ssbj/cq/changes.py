@@ -1,7 +1,8 @@
 """Change rows: validation against the schema, dead letters, and the landing-directory reader.
 
 A change is one row of a relation with ``_op`` (``+`` insert, ``-`` delete) and ``_seq``
-(one global order of all changes across relations).  A row that does not fit the schema
+(one global order of all changes across relations); a delete is matched by primary key,
+so only its key columns are checked.  A row that does not fit the schema
 (a value that does not cast safely to the column's type, a NULL in a ``NOT NULL`` or key
 column, a string longer than its ``CHAR(n)``, an ``_op`` other than ``+``/``-``, a NULL or
 repeated ``_seq``) is dead-lettered with its reason and position, never applied.
@@ -113,17 +114,19 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     mark(~np.asarray(pc.fill_null(pc.is_in(ops, value_set=pa.array(["+", "-"])), False)), "_op is not '+' or '-'")
     seq, bad_seq = _cast_column(table.column(SEQ), pa.int64())
     mark(bad_seq | np.asarray(pc.is_null(seq)), "_seq is NULL or not an integer")
+    # a delete names its tuple by primary key: its other columns are not read, not checked
+    # (a Debezium delete may carry the key alone)
+    inserts = np.asarray(pc.fill_null(pc.equal(ops, "+"), True))
     cols: dict[str, pa.Array] = {}
     for name, c in spec.columns.items():
+        checked = np.ones(n, dtype=bool) if name in spec.primary_key else inserts
         arr, bad = _cast_column(table.column(name), c.type)
-        mark(bad, f"{name}: value does not fit {c.type}")
+        mark(bad & checked, f"{name}: value does not fit {c.type}")
         if c.not_null and arr.null_count:
-            mark(np.asarray(pc.is_null(arr)), f"{name}: NULL in a NOT NULL column")
+            mark(np.asarray(pc.is_null(arr)) & checked, f"{name}: NULL in a NOT NULL column")
         if c.max_length is not None and len(arr):
-            mark(
-                np.asarray(pc.fill_null(pc.greater(pc.utf8_length(arr), c.max_length), False)),
-                f"{name}: longer than {c.max_length}",
-            )
+            too_long = np.asarray(pc.fill_null(pc.greater(pc.utf8_length(arr), c.max_length), False))
+            mark(too_long & checked, f"{name}: longer than {c.max_length}")
         cols[name] = arr
     cols[OP] = ops.combine_chunks() if isinstance(ops, pa.ChunkedArray) else ops
     cols[SEQ] = seq
