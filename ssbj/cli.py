@@ -14,6 +14,7 @@ Every command, with the module that implements it:
   run's rows (:mod:`ssbj.pipeline.quality`, :mod:`ssbj.pipeline.audit`);
 * ``ssbj explain``, ``ssbj query``: a SQL query's plans, and a SELECT run through the multi-way
   operator (:mod:`ssbj.sql.cli`).
+* ``ssbj maintain``: a continuous query kept exact under inserts and deletes (:mod:`ssbj.cq.cli`).
 
 ``ssbj join`` replays a stream file (Parquet or CSV) through the operator as if it were
 arriving, batch by batch, with a master file as R, and streams the enriched rows to a
@@ -57,6 +58,7 @@ from ssbj.core import (
 )
 from ssbj.core.bound import KeyDistribution, advise, key_distribution
 from ssbj.core.keys import check_compatible, encode_keys
+from ssbj.cq.cli import add_maintain_command
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError
 from ssbj.files import check_output, file_format, read_error, rebatch
 from ssbj.pipeline import shared_plan
@@ -725,6 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     add_sql_commands(sub)
+    add_maintain_command(sub)
     return parser
 
 
