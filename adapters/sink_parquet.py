@@ -6,7 +6,10 @@ one, never a partial one, and a replayed write replaces the file.  An empty tabl
 file and removes the one an earlier attempt wrote.  ``_schema.json`` records the schema at
 the first :meth:`ParquetDirSink.prepare`; a later prepare with another schema fails.
 Temporary files start with ``.`` and the schema file with ``_``, which
-``pyarrow.dataset`` ignores, so the directory reads as one dataset.
+``pyarrow.dataset`` ignores, so the directory reads as one dataset.  ``prepare`` removes
+temporary files older than :data:`STALE_TMP_SECONDS` only: shards of one job prepare and
+write the same directory at the same time, and a younger temporary file may be another
+writer's write in progress.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +35,9 @@ from ssbj.errors import ConfigError, InputError, ServiceError, StateError
 log = logging.getLogger(__name__)
 
 SCHEMA_FILE = "_schema.json"
+# A temp file this old is a crashed writer's (one Parquet write never takes this long);
+# a younger one may be another shard's write in progress.
+STALE_TMP_SECONDS = 600.0
 _TMP = re.compile(r"^\.(batch=\d+-seg=\d+\.parquet|_schema\.json)\.[0-9a-f]{32}\.tmp$")
 
 
@@ -67,7 +74,10 @@ class ParquetDirSink:
         return self._dir
 
     def prepare(self, schema: pa.Schema) -> None:
-        """Create the directory, record ``schema`` (or check it against the recorded one), drop stale temp files."""
+        """Create the directory, record ``schema`` (or check it against the recorded one), drop stale temp files.
+
+        A temp file younger than :data:`STALE_TMP_SECONDS` is kept: it may be another shard's write in progress.
+        """
         for reserved in (BATCH_ID_COLUMN, SEGMENT_COLUMN):
             if reserved in schema.names:
                 raise ConfigError(f"column {reserved!r} is reserved for the sink; rename it in the output")
@@ -87,13 +97,20 @@ class ParquetDirSink:
                 "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
             }
             self._atomic_write(path, lambda f: f.write(json.dumps(doc, indent=2).encode()))
-        for p in self._dir.iterdir():
-            if _TMP.match(p.name):
-                p.unlink(missing_ok=True)
+        self._drop_stale_temp_files()
         self._schema = schema
         self._out_schema = schema.append(pa.field(BATCH_ID_COLUMN, pa.int64(), nullable=False)).append(
             pa.field(SEGMENT_COLUMN, pa.int32(), nullable=False)
         )
+
+    def _drop_stale_temp_files(self) -> None:
+        cutoff = time.time() - STALE_TMP_SECONDS
+        for p in self._dir.iterdir():
+            if not _TMP.match(p.name):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # its writer renamed or removed it meanwhile
+                if p.stat().st_mtime < cutoff:
+                    p.unlink(missing_ok=True)
 
     def _load_schema(self, path: Path) -> pa.Schema:
         try:

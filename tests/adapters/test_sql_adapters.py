@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from reference import as_multiset, batch_join
 
 from ssbj.adapters.master_sql import SqlMasterScan, decode_value, encode_value
-from ssbj.adapters.sink_parquet import SCHEMA_FILE, ParquetDirSink, file_name
+from ssbj.adapters.sink_parquet import SCHEMA_FILE, STALE_TMP_SECONDS, ParquetDirSink, file_name
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import is_transient
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, CheckpointedMasterScan, WarehouseSink
@@ -592,6 +592,12 @@ def test_parquet_sink_leaves_no_partial_files(tmp_path: Path, monkeypatch: pytes
     assert pq.read_table(out / file_name(3, 0)).num_rows == 4  # the old file is intact
     stale = out / f".{file_name(4, 0)}.{uuid.uuid4().hex}.tmp"
     stale.write_bytes(b"partial")
+    old = time.time() - STALE_TMP_SECONDS - 1
+    os.utime(stale, (old, old))
+    in_progress = out / f".{file_name(5, 1)}.{uuid.uuid4().hex}.tmp"  # another shard writing right now
+    in_progress.write_bytes(b"partial")
     ParquetDirSink(out).prepare(OUT.schema)  # a restarted job drops stale temp files
     assert not stale.exists()
+    assert in_progress.exists()  # a young temp file may be another writer's: kept
+    in_progress.unlink()
     assert sorted(os.listdir(out)) == [SCHEMA_FILE, file_name(3, 0)]
