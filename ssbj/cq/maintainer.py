@@ -290,9 +290,18 @@ class ContinuousQuery:
         return total
 
     # -- checkpoints
-    def checkpoint(self, path: str | Path, checkpoint_id: int, position: int | None = None) -> None:
-        """Write the state as checkpoint ``checkpoint_id`` under ``path`` (atomic; older ones collected)."""
-        store = DirectoryStore(path)
+    def checkpoint(
+        self,
+        path: str | Path | DirectoryStore,
+        checkpoint_id: int,
+        position: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Write the state as checkpoint ``checkpoint_id`` under ``path`` (atomic; older ones collected).
+
+        ``extra`` goes into the manifest (a pipeline's batch id and counters).
+        """
+        store = path if isinstance(path, DirectoryStore) else DirectoryStore(path)
         buf = io.BytesIO()
         pickle.dump(
             {
@@ -314,6 +323,7 @@ class ContinuousQuery:
                 "last_seq": self.last_seq,
                 "applied": self.applied,
                 "position": position,
+                **(extra or {}),
             },
         )
 
