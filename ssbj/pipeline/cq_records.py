@@ -197,4 +197,3 @@ def snapshot_changes(out: DecodedChanges, relation: str, spec: Table, table: str
     t = t.append_column(POS, pa.array(np.arange(base, base + n, dtype=np.int64)))
     out.next_seq += n
     _append(out, relation, spec, t)
-
