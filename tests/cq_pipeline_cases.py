@@ -16,6 +16,8 @@ import datetime as dt
 import decimal
 import itertools
 import json
+import os
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +26,11 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 from cq_reference import EXAMPLES, PK, canon, tpch_data
 
 RELATIONS = ("lineitem", "orders", "customer", "supplier", "nation")
+DELTA_KEY = ("supp_nation", "cust_nation", "l_year")
 _EPOCH = dt.date(1970, 1, 1)
 
 
@@ -211,3 +215,70 @@ def split(records: list[bytes | None], parts: int) -> Iterable[list[bytes | None
     bounds = np.linspace(0, len(records), parts + 1).astype(int)
     for lo, hi in itertools.pairwise(bounds):
         yield records[lo:hi]
+
+
+# ---------------------------------------------------------------- landed files, the SQLite job
+def land(case: Q7Case, root: Path, files: int = 3) -> None:
+    """Each relation's records as ``files`` JSON-lines files, oldest first (tombstones have no line)."""
+    for rel in RELATIONS:
+        d = root / "landing" / rel
+        d.mkdir(parents=True)
+        for i, chunk in enumerate(split(case.records[rel], files)):
+            f = d / f"part-{i:03d}.json"
+            f.write_bytes(b"\n".join(m for m in chunk if m is not None) + b"\n")
+            os.utime(f, (1_700_000_000 + i * 10, 1_700_000_000 + i * 10))
+
+
+def files_job(root: Path, **extra: Any) -> dict[str, Any]:
+    db = f"sqlite:///{root / 'warehouse.db'}"
+    return {
+        "name": "q7-files",
+        "query": {"sql": sql_text(root), "ddl_file": str(EXAMPLES / "tpch_schema.sql")},
+        "sources": {
+            r: {"kind": "files", "path": str(root / "landing" / r), "max_files_per_trigger": 1} for r in RELATIONS
+        },
+        "target": {
+            "result": {"kind": "database", "url": db, "table": "q7_live"},
+            "deltas": {"kind": "parquet", "path": str(root / "deltas")},
+            "dead_letter": {"kind": "database", "url": db, "table": "q7_dead"},
+        },
+        "checkpoint": str(root / "ck"),
+        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}},
+        **extra,
+    }
+
+
+def sql_text(root: Path) -> str:
+    return (root / "q7.sql").read_text()
+
+
+def sqlite_result(root: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(root / "warehouse.db") as con:
+        rows = con.execute("SELECT supp_nation, cust_nation, l_year, revenue FROM q7_live").fetchall()
+    return canon([(a, b, y, decimal.Decimal(f"{v:.4f}")) for a, b, y, v in rows])
+
+
+def folded(deltas: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    answer: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for b in sorted({r["ssbj_batch_id"] for r in deltas}):
+        rows = [r for r in deltas if r["ssbj_batch_id"] == b]
+        for r in rows:
+            if r["_op"] == "-":
+                del answer[tuple(r[k] for k in DELTA_KEY)]
+        for r in rows:
+            if r["_op"] == "+":
+                k = tuple(r[c] for c in DELTA_KEY)
+                assert k not in answer, f"batch {b} adds {k} twice"
+                answer[k] = (*k, r["revenue"])
+    return canon(list(answer.values()))
+
+
+def check_files_run(case: Q7Case, root: Path) -> None:
+    want = case.expected()
+    assert len(want) >= 2
+    assert sqlite_result(root) == want
+    assert folded(ds.dataset(root / "deltas", format="parquet").to_table().to_pylist()) == want
+    with sqlite3.connect(root / "warehouse.db") as con:
+        positions = [p for (p,) in con.execute("SELECT position FROM q7_dead")]
+    assert len(positions) == case.bad
+    assert all("/landing/" in p and p.rsplit(":", 1)[1].isdigit() for p in positions)

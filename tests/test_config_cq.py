@@ -115,3 +115,9 @@ def test_the_result_suite_catches_a_duplicated_group(tmp_path: Path) -> None:
     assert not bad.success
     failed = {c["expectation"] for c in bad.checks if not c["success"]}
     assert failed == {"expect_compound_columns_to_be_unique", "expect_table_row_count_to_equal"}
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_example_jobs_are_valid(path: Path) -> None:
+    cfg = load_cq_config(path)
+    assert cfg.key_columns == ["supp_nation", "cust_nation", "l_year"]
