@@ -39,7 +39,9 @@ def cq_job_files() -> list[str]:
     return [f for f in files if f]
 
 
-@dag(dag_id="ssbj_cq_maintain", schedule="@hourly", catchup=False, max_active_runs=1, tags=["ssbj", "cq"], doc_md=__doc__)
+@dag(
+    dag_id="ssbj_cq_maintain", schedule="@hourly", catchup=False, max_active_runs=1, tags=["ssbj", "cq"], doc_md=__doc__
+)
 def ssbj_cq_maintain() -> None:
     """Per job file: maintain (spark-submit ssbj run), then check the result table."""
 
