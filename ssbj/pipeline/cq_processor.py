@@ -50,16 +50,18 @@ class CqTotals:
     batches: int = 0
     records_in: int = 0
     tombstones: int = 0
-    changes: int = 0  # change rows decoded (an update is two)
+    changes: int = 0  # change rows decoded and fitting the schema (an update is two)
     applied: int = 0
-    dead_letters: int = 0
+    refused: int = 0  # changes the engine dead-lettered (a delete of a missing key, ...)
+    undecodable: int = 0  # records or change rows dead-lettered before the engine
+    dead_letters: int = 0  # rows written to the dead-letter sink
     delta_rows: int = 0
     next_seq: int = 0
 
     @property
     def reconciled(self) -> bool:
-        """Every decoded change was applied or dead-lettered (dead letters also count undecodable records)."""
-        return self.applied <= self.changes and self.changes - self.applied <= self.dead_letters
+        """Every decoded change was applied or refused, and every dead letter was stored."""
+        return self.changes == self.applied + self.refused and self.dead_letters == self.undecodable + self.refused
 
 
 class CqProcessor:
@@ -159,6 +161,7 @@ class CqProcessor:
             faults.crash_point("after-decode", batch_id)
             t1 = time.perf_counter()
             applied_before = cq.applied
+            undecodable = len(decoded.dead)
             delta = cq.apply(decoded.changes)
             for d in delta.dead:
                 decoded.dead_letter(d)
@@ -180,6 +183,8 @@ class CqProcessor:
             t.tombstones += decoded.skipped
             t.changes += decoded.changed_rows()
             t.applied += cq.applied - applied_before
+            t.refused += len(delta.dead)
+            t.undecodable += undecodable
             t.dead_letters += dead.num_rows
             t.delta_rows += delta_table.num_rows
             t.next_seq = decoded.next_seq

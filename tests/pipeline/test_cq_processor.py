@@ -133,7 +133,7 @@ def test_q7_after_every_batch_with_replays_and_a_restart(case: Q7Case, tmp_path:
     t = again.totals
     assert t.records_in == sum(len(v) for v in case.records.values())
     assert t.tombstones == sum(m is None for m in case.records["orders"])
-    assert t.dead_letters == case.bad and t.reconciled
+    assert t.dead_letters == case.bad and (t.refused, t.undecodable) == (2, 3) and t.reconciled
 
 
 def test_landed_files_and_a_snapshot_into_a_parquet_result(case: Q7Case, tmp_path: Path) -> None:
