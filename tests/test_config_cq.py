@@ -6,10 +6,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from cq_reference import EXAMPLES
 
+from ssbj.adapters.result_table import RESULT_FILE
 from ssbj.cli import main
 from ssbj.config_cq import is_cq_job, load_cq_config, parse_cq_config
 from ssbj.core.checkpoint import DirectoryStore
@@ -121,3 +124,23 @@ def test_the_result_suite_catches_a_duplicated_group(tmp_path: Path) -> None:
 def test_the_example_jobs_are_valid(path: Path) -> None:
     cfg = load_cq_config(path)
     assert cfg.key_columns == ["supp_nation", "cust_nation", "l_year"]
+
+
+def test_the_result_suite_on_a_parquet_result(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    job["target"]["result"] = {"kind": "parquet", "path": str(tmp_path / "q7")}
+    cfg = parse_cq_config(job)
+    (tmp_path / "q7").mkdir()
+    rows = [("FRANCE", "GERMANY", 1995, 1.5), ("GERMANY", "FRANCE", 1995, 2.5)]
+    names = ["supp_nation", "cust_nation", "l_year", "revenue"]
+    pq.write_table(
+        pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows]), tmp_path / "q7" / RESULT_FILE
+    )
+    DirectoryStore(cfg.engine_checkpoint).write_manifest(0, {"files": [], "batch_id": 0, "result_rows": 2})
+    assert check_result(cfg).success
+    rows[1] = ("GERMANY", None, 1995, 2.5)
+    pq.write_table(
+        pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows]), tmp_path / "q7" / RESULT_FILE
+    )
+    bad = check_result(cfg)
+    assert [c["kwargs"].get("column") for c in bad.checks if not c["success"]] == ["cust_nation"]
