@@ -119,6 +119,11 @@ class CqJobConfig(_Model):
     target: Target
     trigger: Trigger = Trigger()
     checkpoint: str
+    full_checkpoint_every: Annotated[int, Field(ge=1)] = Field(
+        20,
+        description="write the whole engine state every N batches; the batches between are checkpointed as "
+        "their changes, re-applied on restore",
+    )
     spark: SparkSettings = SparkSettings()
 
     @field_validator("sources")

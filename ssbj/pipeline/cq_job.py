@@ -178,6 +178,7 @@ def build_processor(cfg: CqJobConfig) -> CqProcessor:
         result=_result_target(t.result) if t.result is not None else None,
         deltas=build_sink(t.deltas) if t.deltas is not None else None,
         snapshot=read_snapshot(cfg),
+        full_every=cfg.full_checkpoint_every,
     )
 
 

@@ -6,7 +6,9 @@ Exactly once, by the same three rules as :mod:`ssbj.pipeline.processor`:
    earlier attempt of N wrote (the sinks key them by batch id), the result table gets
    absolute rows of the changed groups (upserts and deletes by group key), never increments;
 2. the engine's state is checkpointed after the writes, under the batch id, with the
-   counters and the next ``_seq`` in its manifest;
+   counters and the next ``_seq`` in its manifest;  the whole state is written every
+   ``full_every`` batches, the batches between as their change rows (a log re-applied on
+   restore: the engine is deterministic, so the same changes rebuild the same state);
 3. a batch whose id is not newer than the last checkpoint is a replay: the state rolls
    back to the checkpoint before it and the batch is processed again; it then computes
    the same delta (the same records get the same ``_seq``) and writes the same rows.
@@ -33,6 +35,7 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.cq.changes import OP, SEQ
 from ssbj.cq.maintainer import ContinuousQuery
 from ssbj.cq.query import QueryPlan
+from ssbj.errors import CheckpointError
 from ssbj.logs import fields
 from ssbj.pipeline import faults
 from ssbj.pipeline.cq_records import DecodedChanges
@@ -75,6 +78,7 @@ class CqProcessor:
         result: ResultTarget | None = None,
         deltas: WarehouseSink | None = None,
         snapshot: Decoder | None = None,
+        full_every: int = 20,
     ) -> None:
         self.plan = plan
         self.store = store
@@ -82,6 +86,9 @@ class CqProcessor:
         self.result = result
         self.deltas = deltas
         self.snapshot = snapshot
+        self.full_every = max(1, full_every)
+        self.base: str | None = None  # the newest checkpoint's full-state file
+        self.log: list[list[Any]] = []  # [batch id, {relation: change file}] of the batches after it
         self.lock = threading.RLock()
         self.cq: ContinuousQuery | None = None
         self.last_batch: int | None = None
@@ -117,11 +124,47 @@ class CqProcessor:
         self.cq = ContinuousQuery(self.plan)
         self.last_batch = None
         self.totals = CqTotals()
+        self.base, self.log = None, []
 
     def _restore(self, checkpoint_id: int) -> None:
-        self.cq, manifest = ContinuousQuery.restore(self.plan, self.store.path, checkpoint_id)
+        cid, manifest = self.store.read_manifest(checkpoint_id)
+        if manifest.get("fingerprint") != self.plan.fingerprint:
+            raise CheckpointError(f"checkpoint {cid} in {self.store.path} belongs to another query or schema")
+        base = str(manifest["base"])
+        cq = ContinuousQuery.from_state_bytes(self.plan, self.store.read(base), f"checkpoint {cid}")
+        for _, files in manifest["log"]:
+            cq.apply({relation: self.store.read_table(f) for relation, f in files.items()})
+        cq.dead_letters.clear()
+        self.cq = cq
+        self.base, self.log = base, manifest["log"]
         self.last_batch = int(manifest["batch_id"])
         self.totals = CqTotals(**manifest["totals"])
+
+    def _checkpoint(self, batch_id: int, changes: dict[str, pa.Table]) -> None:
+        """Write the whole state every ``full_every`` batches, else this batch's changes on top of the last one."""
+        cq = self.cq
+        assert cq is not None  # noqa: S101
+        store = faults.store_for(self.store, batch_id)
+        if self.base is None or len(self.log) + 1 >= self.full_every:
+            base, log = f"cq-{batch_id}.pickle", []
+            store.write(base, cq.state_bytes())
+        else:
+            files = {}
+            for relation, table in changes.items():
+                files[relation] = f"log-{batch_id}-{relation}.arrow"
+                store.write_table(files[relation], table)
+            base, log = self.base, [*self.log, [batch_id, files]]
+        manifest = {
+            "files": [base, *(f for _, fs in log for f in fs.values())],
+            "base": base,
+            "log": log,
+            "fingerprint": self.plan.fingerprint,
+            "batch_id": batch_id,
+            "totals": asdict(self.totals),
+            "result_rows": len(cq.groups.groups),
+        }
+        store.write_manifest(batch_id, manifest)
+        self.base, self.log = base, log
 
     def _rollback_before(self, batch_id: int) -> None:
         older = [i for i in self.store.manifests() if i < batch_id]
@@ -188,8 +231,7 @@ class CqProcessor:
             t.dead_letters += dead.num_rows
             t.delta_rows += delta_table.num_rows
             t.next_seq = decoded.next_seq
-            meta = {"batch_id": batch_id, "totals": asdict(t), "result_rows": len(cq.groups.groups)}
-            cq.checkpoint(faults.store_for(self.store, batch_id), batch_id, extra=meta)
+            self._checkpoint(batch_id, decoded.changes)
             self.last_batch = batch_id
             faults.crash_point("after-checkpoint", batch_id)
             t4 = time.perf_counter()

@@ -67,14 +67,14 @@ def _batches(case: Q7Case, parts: int) -> list[tuple[pa.Table, dict[str, int]]]:
     return out
 
 
-def _processor(root: Path, plan: Any, db: Path, snapshot: Any = None) -> CqProcessor:
+def _processor(root: Path, plan: Any, db: Path, full_every: int) -> CqProcessor:
     return CqProcessor(
         plan,
         DirectoryStore(root / "ck"),
         ParquetDirSink(root / "dead"),
         result=SqlResultTable(f"sqlite:///{db}", "q7_live"),
         deltas=ParquetDirSink(root / "deltas"),
-        snapshot=snapshot,
+        full_every=full_every,
     )
 
 
@@ -101,10 +101,12 @@ def _folded_deltas(path: Path) -> list[tuple[Any, ...]]:
     return canon(list(answer.values()))
 
 
-def test_q7_after_every_batch_with_replays_and_a_restart(case: Q7Case, tmp_path: Path) -> None:
+@pytest.mark.parametrize("full_every", [1, 3])
+def test_q7_after_every_batch_with_replays_and_a_restart(case: Q7Case, tmp_path: Path, full_every: int) -> None:
+    """full_every 3: batches 1 and 2 are checkpointed as changes on top of batch 0's state."""
     plan = plan_query(case.sql, SCHEMA)
     db = tmp_path / "wh.db"
-    proc = _processor(tmp_path, plan, db)
+    proc = _processor(tmp_path, plan, db, full_every)
     proc.open()
     batches = _batches(case, BATCHES)
     groups_seen = 0
@@ -118,9 +120,12 @@ def test_q7_after_every_batch_with_replays_and_a_restart(case: Q7Case, tmp_path:
             assert _table(db) == want
     assert groups_seen >= 2
     # a restart replays the last batch (its checkpoint written, Spark's commit lost)
-    again = _processor(tmp_path, plan, db)
+    again = _processor(tmp_path, plan, db, full_every)
     raw, upto = batches[-1]
     again.process(BATCHES - 1, lambda out: decode_batch(raw, plan, {}, out))
+    if full_every == 3:  # restored from batch 0's state plus the logged changes of batches 1 and 2
+        assert again.base == "cq-3.pickle" and sorted(p.name for p in (tmp_path / "ck").glob("log-*"))
+    assert again.cq is not None and again.cq.state() == proc.cq.state()  # type: ignore[union-attr]
     final = case.expected()
     assert _table(db) == final
     assert _folded_deltas(tmp_path / "deltas") == [(*r[:3], r[3]) for r in final]
