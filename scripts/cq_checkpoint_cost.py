@@ -29,13 +29,14 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cq"
 
 
 def main() -> None:
+    """Generate (or reuse) the data, load it, time the checkpoints, print one line."""
     sf, out = float(sys.argv[1]), Path(sys.argv[2])
     plan = plan_query((EXAMPLES / "q7.sql").read_text(), parse_schema((EXAMPLES / "tpch_schema.sql").read_text()))
     rels = plan.relations()
     if not all((out / f"{r}.parquet").exists() for r in rels):
         out.mkdir(parents=True, exist_ok=True)
         cmd = [tpchgen_binary(), "parquet", "-s", f"{sf:g}", f"--tables={','.join(rels)}", f"--output-dir={out}"]
-        subprocess.run([*cmd, "--no-progress", "--quiet"], check=True)
+        subprocess.run([*cmd, "--no-progress", "--quiet"], check=True)  # noqa: S603 - our own generator
     cq = ContinuousQuery(plan)
     batch, seq = {}, 0
     for r in rels:

@@ -16,7 +16,8 @@ from ssbj.adapters.result_table import RESULT_FILE
 from ssbj.cli import main
 from ssbj.config_cq import is_cq_job, load_cq_config, parse_cq_config
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.errors import ConfigError
+from ssbj.errors import ConfigError, StateError
+from ssbj.pipeline.cq_job import CqJob
 from ssbj.pipeline.cq_quality import check_result
 
 Q7_RELATIONS = ("lineitem", "orders", "customer", "supplier", "nation")
@@ -144,3 +145,12 @@ def test_the_result_suite_on_a_parquet_result(tmp_path: Path) -> None:
     )
     bad = check_result(cfg)
     assert [c["kwargs"].get("column") for c in bad.checks if not c["success"]] == ["cust_nation"]
+
+
+def test_a_lost_engine_checkpoint_with_spark_commits_is_refused(tmp_path: Path) -> None:
+    cfg = parse_cq_config(_job(tmp_path))
+    commits = Path(cfg.spark_checkpoint) / "commits"
+    commits.mkdir(parents=True)
+    (commits / "0").write_text("v1\n{}")
+    with pytest.raises(StateError, match="remove both to start over"):
+        CqJob(cfg, spark=object()).run()

@@ -29,7 +29,7 @@ from ssbj.config_cq import CqJobConfig, FileChanges
 from ssbj.contracts import TableName
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
-from ssbj.errors import ConfigError, DependencyError, ServiceError, TerminalError, TransientError
+from ssbj.errors import ConfigError, DependencyError, ServiceError, StateError, TerminalError, TransientError
 from ssbj.logs import fields
 from ssbj.pipeline.cq_processor import CqProcessor, CqTotals
 from ssbj.pipeline.cq_records import DecodedChanges, decode_batch, snapshot_changes
@@ -239,6 +239,13 @@ class CqJob:
 
     def run(self) -> CqRunSummary:
         """Run until the input is exhausted (available-now) or :meth:`stop` is called."""
+        commits = Path(self.cfg.spark_checkpoint) / "commits"
+        if self.processor.store.latest() is None and commits.is_dir() and any(commits.iterdir()):
+            # Spark would go on after its last batch, the engine from nothing: the answer would miss the past
+            raise StateError(
+                f"{self.cfg.engine_checkpoint} holds no engine checkpoint but Spark's checkpoint "
+                f"{self.cfg.spark_checkpoint} has committed batches; remove both to start over"
+            )
         if self.spark is None:
             self.spark = spark_session(self.cfg)
         Path(self.cfg.checkpoint).mkdir(parents=True, exist_ok=True)
