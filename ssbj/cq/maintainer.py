@@ -290,9 +290,8 @@ class ContinuousQuery:
         return total
 
     # -- checkpoints
-    def checkpoint(self, path: str | Path, checkpoint_id: int, position: int | None = None) -> None:
-        """Write the state as checkpoint ``checkpoint_id`` under ``path`` (atomic; older ones collected)."""
-        store = DirectoryStore(path)
+    def state_bytes(self) -> bytes:
+        """Return the whole state, serialised (a checkpoint's data file)."""
         buf = io.BytesIO()
         pickle.dump(
             {
@@ -304,8 +303,41 @@ class ContinuousQuery:
             buf,
             protocol=5,
         )
+        return buf.getvalue()
+
+    @classmethod
+    def from_state_bytes(cls, plan: QueryPlan, blob: bytes, where: str) -> ContinuousQuery:
+        """Rebuild a query from :meth:`state_bytes` of the same query and schema (``where`` names it in errors)."""
+        # written by state_bytes() for this query (the manifest's fingerprint is checked first): not foreign input
+        data = pickle.loads(blob)  # noqa: S301
+        if data.get("format") != _FORMAT:
+            raise CheckpointError(f"{where} has format {data.get('format')}, expected {_FORMAT}")
+        if data.get("fingerprint") != plan.fingerprint:
+            raise CheckpointError(f"{where} belongs to another query or schema")
+        cq = cls(plan)
+        st = data["state"]
+        for a, n in cq.nodes.items():
+            n.load(st["nodes"][a])
+        cq.present = st["present"]
+        cq.groups.groups = st["groups"]
+        cq.last_seq = st["last_seq"]
+        cq.applied = st["applied"]
+        return cq
+
+    def checkpoint(
+        self,
+        path: str | Path | DirectoryStore,
+        checkpoint_id: int,
+        position: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Write the state as checkpoint ``checkpoint_id`` under ``path`` (atomic; older ones collected).
+
+        ``extra`` goes into the manifest.
+        """
+        store = path if isinstance(path, DirectoryStore) else DirectoryStore(path)
         name = f"cq-{checkpoint_id}.pickle"
-        store.write(name, buf.getvalue())
+        store.write(name, self.state_bytes())
         store.write_manifest(
             checkpoint_id,
             {
@@ -314,6 +346,7 @@ class ContinuousQuery:
                 "last_seq": self.last_seq,
                 "applied": self.applied,
                 "position": position,
+                **(extra or {}),
             },
         )
 
@@ -326,16 +359,4 @@ class ContinuousQuery:
         cid, manifest = store.read_manifest(checkpoint_id)
         if manifest.get("fingerprint") != plan.fingerprint:
             raise CheckpointError(f"checkpoint {cid} in {path} belongs to another query or schema")
-        # written by checkpoint() above for this query (fingerprint checked): not foreign input
-        data = pickle.loads(store.read(manifest["files"][0]))  # noqa: S301
-        if data.get("format") != _FORMAT:
-            raise CheckpointError(f"checkpoint {cid} has format {data.get('format')}, expected {_FORMAT}")
-        cq = cls(plan)
-        st = data["state"]
-        for a, n in cq.nodes.items():
-            n.load(st["nodes"][a])
-        cq.present = st["present"]
-        cq.groups.groups = st["groups"]
-        cq.last_seq = st["last_seq"]
-        cq.applied = st["applied"]
-        return cq, manifest
+        return cls.from_state_bytes(plan, store.read(manifest["files"][0]), f"checkpoint {cid}"), manifest

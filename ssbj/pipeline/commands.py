@@ -16,9 +16,11 @@ from typing import Any, TextIO
 
 from ssbj import warehouse
 from ssbj.config import DatabaseSink, JobConfig, load_config
+from ssbj.config_cq import is_cq_file
 from ssbj.core.operator import StepResult
 from ssbj.errors import ConfigError
 from ssbj.logs import FieldsFormatter
+from ssbj.pipeline import cq_commands
 from ssbj.pipeline.audit import Warehouse, gate_table_names
 from ssbj.pipeline.factory import MasterSource, validate_job
 from ssbj.pipeline.job import EnrichmentJob
@@ -62,7 +64,7 @@ def add_commands(sub: Any) -> None:
         description="Validate the warehouse rows of one run; store the result as JSON; exit 1 if a check fails.",
     )
     chk.add_argument("config", help="job file (YAML)")
-    chk.add_argument("--run-id", required=True, help="the run (as given to ssbj run --run-id)")
+    chk.add_argument("--run-id", help="the run (as given to ssbj run --run-id); not for a continuous query")
     chk.set_defaults(handler=lambda a, _extra: cmd_check(a))
     gate = sub.add_parser(
         "gate",
@@ -155,6 +157,8 @@ def _setup_logging(level: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``ssbj run --config job.yaml``."""
+    if is_cq_file(args.config):
+        return cq_commands.cmd_run(args, _setup_logging)
     cfg = load_config(args.config)
     _setup_logging(args.log_level)
 
@@ -190,6 +194,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """``ssbj validate job.yaml``."""
+    if is_cq_file(args.config):
+        return cq_commands.cmd_validate(args)
     cfg = load_config(args.config)
 
     for line in validate_job(cfg):
@@ -236,7 +242,11 @@ def cmd_move(args: argparse.Namespace, target: str) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """``ssbj check job.yaml --run-id X``."""
+    """``ssbj check job.yaml --run-id X`` (a continuous query: ``ssbj check cq-job.yaml``)."""
+    if is_cq_file(args.config):
+        return cq_commands.cmd_check(args)
+    if args.run_id is None:
+        raise ConfigError("ssbj check: --run-id is required for an enrichment job")
     cfg = load_config(args.config)
     result = check_run(cfg, args.run_id)
     print(result.summary())
