@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ssbj import warehouse
-from ssbj.config import DatabaseSink, JobConfig, load_config
+from ssbj.config import DatabaseSink, JobConfig, MultiWayJobConfig, load_any_config, load_config
 from ssbj.core.operator import StepResult
 from ssbj.errors import ConfigError
 from ssbj.logs import FieldsFormatter
@@ -155,7 +155,7 @@ def _setup_logging(level: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``ssbj run --config job.yaml``."""
-    cfg = load_config(args.config)
+    cfg = load_any_config(args.config)
     _setup_logging(args.log_level)
 
     display = None if args.quiet else ProgressDisplay()
@@ -180,9 +180,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     if args.summary:
         Path(args.summary).write_text(json.dumps(result, indent=2))
+    matched, unmatched = ("output", "dropped") if isinstance(cfg, MultiWayJobConfig) else ("matched", "unmatched")
     print(
         f"{cfg.name}: {summary.batches} batches, {c.records_in:,} records -> {c.output_rows:,} enriched rows "
-        f"({c.matched_source_rows:,} matched, {c.unmatched_source_rows:,} unmatched, "
+        f"({c.matched_source_rows:,} {matched}, {c.unmatched_source_rows:,} {unmatched}, "
         f"{c.dead_letters:,} dead letters, {c.waiting:,} waiting)"
     )
     return 0 if result["reconciled"] else 1
