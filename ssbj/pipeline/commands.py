@@ -22,6 +22,7 @@ from ssbj.logs import FieldsFormatter
 from ssbj.pipeline.audit import Warehouse, gate_table_names
 from ssbj.pipeline.factory import MasterSource, validate_job
 from ssbj.pipeline.job import EnrichmentJob
+from ssbj.pipeline.multiway_quality import check_multiway_run, validate_multiway_job
 from ssbj.pipeline.quality import check_run, gate_run, result_path
 from ssbj.pipeline.quickstart import add_command
 
@@ -191,9 +192,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """``ssbj validate job.yaml``."""
-    cfg = load_config(args.config)
+    cfg = load_any_config(args.config)
 
-    for line in validate_job(cfg):
+    for line in validate_multiway_job(cfg) if isinstance(cfg, MultiWayJobConfig) else validate_job(cfg):
         print(line)
     print(f"{args.config}: OK")
     return 0
@@ -225,7 +226,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 def cmd_move(args: argparse.Namespace, target: str) -> int:
     """``ssbj publish|quarantine job.yaml --run-id X``."""
-    cfg = load_config(args.config)
+    cfg = load_any_config(args.config)
     wh = Warehouse(cfg)
     if target == "publish":
         n = wh.publish(args.run_id)
@@ -238,8 +239,8 @@ def cmd_move(args: argparse.Namespace, target: str) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """``ssbj check job.yaml --run-id X``."""
-    cfg = load_config(args.config)
-    result = check_run(cfg, args.run_id)
+    cfg = load_any_config(args.config)
+    result = check_multiway_run(cfg, args.run_id) if isinstance(cfg, MultiWayJobConfig) else check_run(cfg, args.run_id)
     print(result.summary())
     print(f"result: {result_path(cfg, args.run_id)}")
     return 0 if result.success else 1
@@ -247,6 +248,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``ssbj gate job.yaml --run-id X``."""
-    outcome = gate_run(load_config(args.config), args.run_id)
+    outcome = gate_run(load_any_config(args.config), args.run_id)
     print(outcome.message, file=sys.stdout if outcome.published else sys.stderr)
     return 0 if outcome.published else 1
