@@ -99,7 +99,8 @@ def test_clean_run_published_and_out_of_range_run_quarantined(spark: Any, tmp_pa
     gate = gate_run(cfg, "clean")
     assert gate.published and gate.rows == clean.counts.output_rows > 0
     # a delivery with amounts out of range: its rows go to quarantine
-    bad = [m.replace(b'"o_amount": ', b'"o_amount": 1000') for m in stream(seed=10, n=300, start=50_000, customers=50)[1]]
+    late = stream(seed=10, n=300, start=50_000, customers=50)[1]
+    bad = [m.replace(b'"o_amount": ', b'"o_amount": 1000') for m in late]
     (tmp_path / "landing" / "late.jsonl").write_bytes(b"\n".join(bad) + b"\n")
     EnrichmentJob(cfg, spark=spark, run_id="late").run()
     result = check_multiway_run(cfg, "late")  # type: ignore[arg-type]
