@@ -107,3 +107,36 @@ def test_clean_run_published_and_out_of_range_run_quarantined(spark: Any, tmp_pa
     assert not result.success and result.failing_rows > 0
     gate = gate_run(cfg, "late")
     assert not gate.published and gate.rows > 0 and "o_amount" in gate.message
+
+
+def test_example_multiway_job_is_valid_and_its_query_compiles(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "multiway" / "orders-3way.yaml"
+    cfg = load_any_config(example)
+    assert cfg.query_text.lstrip().startswith("--")  # type: ignore[union-attr]
+    db = tmp_path / "tpch.db"
+    eng = sa.create_engine(f"sqlite:///{db}")
+    with eng.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE customer (c_custkey INTEGER PRIMARY KEY, c_name TEXT NOT NULL, "
+                "c_mktsegment TEXT, c_nationkey INTEGER NOT NULL)"
+            )
+        )
+        conn.execute(sa.text("CREATE TABLE nation (n_nationkey INTEGER PRIMARY KEY, n_name TEXT NOT NULL)"))
+        conn.execute(sa.text("CREATE TABLE part (p_partkey INTEGER PRIMARY KEY, p_name TEXT, p_size INTEGER)"))
+    local = cfg.model_copy(
+        update={
+            "database": parse_multiway_config(_cfg(tmp_path)).database.model_copy(update={"url": f"sqlite:///{db}"})
+        }
+    )
+    query = JobQuery(local)  # type: ignore[arg-type]
+    assert [e.master for e in query.spec.edges] == ["c", "n", "p"]
+    assert query.output_schema.names == [
+        "o_orderkey",
+        "o_orderdate",
+        "o_totalprice",
+        "customer",
+        "segment",
+        "nation",
+        "part",
+    ]
