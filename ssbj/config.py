@@ -416,6 +416,11 @@ def parse_config(data: Any, origin: str = "<config>") -> JobConfig:
     """Validate a job configuration given as a mapping."""
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: a job file must be a mapping of sections (source, master, join, sink, ...)")
+    if "sql" in data or "sql_file" in data:
+        raise ConfigError(
+            f"{origin}: a multi-way job (it has sql or sql_file); this command takes single-table jobs only "
+            "(multi-way jobs: ssbj run, validate, check, gate, publish, quarantine)"
+        )
     try:
         return JobConfig.model_validate(data)
     except ValidationError as exc:

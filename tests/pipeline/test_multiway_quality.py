@@ -140,3 +140,10 @@ def test_example_multiway_job_is_valid_and_its_query_compiles(tmp_path: Path) ->
         "nation",
         "part",
     ]
+
+
+def test_single_table_commands_refuse_a_multiway_job_clearly(tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_cfg(tmp_path)))
+    assert main(["sql", "--dialect", "sqlite", "--config", str(path)]) == 2
+    assert "a multi-way job (it has sql or sql_file)" in capsys.readouterr().err

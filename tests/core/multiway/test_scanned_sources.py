@@ -26,6 +26,8 @@ from ssbj.errors import ConfigError
 def _check_ledger(op: MultiWayJoin) -> None:
     c = op.counters
     assert c["tuples_in"] == c["source_rows_out"] + c["source_rows_dropped"] + op.waiting_source_rows
+    # the ledger is counted at its arrays' real size: id, waiting rows, output flag per pending source row
+    assert op.memory()["source_ledger"] == 17 * op.waiting_source_rows
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -93,6 +95,9 @@ def test_dropped_source_rows_are_those_without_output() -> None:
     okeys = Counter(case.stream.column("okey").to_pylist())
     assert all(v == 1 for v in okeys.values())
     with_output = {r[0] for r in rows}
+    mem = op.memory()
+    assert mem["source_ledger"] == 0 and op.ledger is not None and op.ledger.nbytes() == 0  # nothing pending
+    assert mem["total"] == sum(mem[k] for k in ("held_masters", "caches", "partition_buffers", "waiting_store"))
     assert op.counters["source_rows_out"] == len(with_output)
     assert op.counters["source_rows_dropped"] == case.stream.num_rows - len(with_output)
 
