@@ -24,8 +24,9 @@ from pydantic import (
 )
 
 from ssbj.contracts import MAX_SHARDS, TableName
-from ssbj.errors import ConfigError
+from ssbj.errors import ConfigError, SSBJError
 from ssbj.planning import JoinSettings
+from ssbj.sql.inputs import query_inputs
 from ssbj.units import parse_size
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
@@ -415,7 +416,198 @@ def parse_config(data: Any, origin: str = "<config>") -> JobConfig:
     """Validate a job configuration given as a mapping."""
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: a job file must be a mapping of sections (source, master, join, sink, ...)")
+    if "sql" in data or "sql_file" in data:
+        raise ConfigError(
+            f"{origin}: a multi-way job (it has sql or sql_file); this command takes single-table jobs only "
+            "(multi-way jobs: ssbj run, validate, check, gate, publish, quarantine)"
+        )
     try:
         return JobConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, origin)) from None
+
+
+# ---------------------------------------------------------------------- multi-way jobs
+class MultiWayStream(_Model):
+    """The stream of a multi-way job: the name the SQL reads it by, and its record schema."""
+
+    name: str
+    schema_: dict[str, str] = Field(alias="schema", description="column -> type of a stream record")
+    key: str | None = Field(
+        None,
+        description="field a record must have (missing: dead letter; JSON null: a NULL key); "
+        "default: the stream's first join column",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return identifier(v, "stream name")
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        return v if v is None else identifier(v, "column")
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: dict[str, str]) -> dict[str, str]:
+        return JobConfig._schema(v)
+
+    @model_validator(mode="after")
+    def _key_declared(self) -> MultiWayStream:
+        if self.key is not None and self.key not in self.schema_:
+            raise ValueError(f"key {self.key!r} is not a column of schema ({', '.join(self.schema_)})")
+        return self
+
+
+class MultiWayMaster(_Model):
+    """A master table of a multi-way job, in the job's database."""
+
+    table: str | None = Field(None, description="table in the database (default: the name the SQL uses)")
+    mode: Literal["auto", "held", "scanned"] = Field(
+        "auto",
+        description="held: loaded whole once when the job starts; scanned: read partition by partition, "
+        "cyclically; auto: held when it fits join.hold_share of the budget",
+    )
+    page_column: str | None = Field(None, description="unique column of the partitions (default: primary key)")
+    partition_rows: Annotated[int, Field(ge=1)] | None = Field(None, description="b of a scanned master")
+    reader: Literal["auto", "driver", "connectorx"] = "auto"
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str | None) -> str | None:
+        return v if v is None else table_name(v)
+
+    @field_validator("page_column")
+    @classmethod
+    def _col(cls, v: str | None) -> str | None:
+        return v if v is None else identifier(v, "column")
+
+
+class MultiWayJoinSettings(_Model):
+    """The ``join:`` section of a multi-way job."""
+
+    memory: Annotated[int, BeforeValidator(_size)] = Field(
+        JoinSettings.memory_budget, description="operator budget in bytes; written as 512MiB, 64MB, ..."
+    )
+    order_policy: Literal["dppick", "dppick-nosmooth", "fixed", "greedy", "selectivity"] = "dppick"
+    store: Literal["memory", "lsm"] = Field("memory", description="waiting store: memory, or lsm (extra lsm)")
+    cache: bool = Field(True, description="a cache per scanned master (its rows are not refreshed during a run)")
+    hold_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    step_rows: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="stream rows per operator step (each step reads one partition per scanned master)"
+    )
+
+
+class MultiWayJobConfig(_Model):
+    """A multi-way enrichment job: a SQL SELECT over one stream and master tables in one database."""
+
+    name: str = "ssbj-multiway-job"
+    source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
+    stream: MultiWayStream
+    database: Database = Field(description="where the master tables are")
+    masters: dict[str, MultiWayMaster] = Field(description="master tables by the name the SQL uses")
+    sql: str | None = Field(None, description="the SELECT (docs/sql.md)")
+    sql_file: str | None = Field(None, description="file holding the SELECT (relative to the job file)")
+    join: MultiWayJoinSettings = Field(default_factory=lambda: MultiWayJoinSettings.model_validate({}))
+    sink: SinkConfig
+    dead_letter: SinkConfig
+    trigger: Trigger = Trigger()
+    checkpoint: str
+    spark: SparkSettings = SparkSettings()
+    quality: Quality = Field(default_factory=lambda: Quality.model_validate({}))
+
+    @field_validator("masters")
+    @classmethod
+    def _masters(cls, v: dict[str, MultiWayMaster]) -> dict[str, MultiWayMaster]:
+        if not v:
+            raise ValueError("declare at least one master table")
+        for name in v:
+            identifier(name, "master name")
+        return v
+
+    @model_validator(mode="after")
+    def _query(self) -> MultiWayJobConfig:
+        if (self.sql is None) == (self.sql_file is None):
+            raise ValueError("give exactly one of sql, sql_file")
+        if self.stream.name in self.masters:
+            raise ValueError(f"{self.stream.name!r} is both the stream and a master")
+        try:
+            names = query_inputs(self.query_text)
+        except SSBJError as exc:
+            raise ValueError(f"{'sql' if self.sql is not None else 'sql_file'}: {exc}") from None
+        known = {self.stream.name, *self.masters}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(
+                f"sql reads {', '.join(unknown)}, neither the stream ({self.stream.name}) nor a master "
+                f"({', '.join(self.masters)})"
+            )
+        if self.stream.name not in names:
+            raise ValueError(f"sql does not read the stream {self.stream.name!r}")
+        unused = [n for n in self.masters if n not in names]
+        if unused:
+            raise ValueError(f"masters not read by the sql: {', '.join(unused)}")
+        return self
+
+    @property
+    def query_text(self) -> str:
+        """The SELECT, from ``sql`` or ``sql_file``."""
+        if self.sql is not None:
+            return self.sql
+        assert self.sql_file is not None  # noqa: S101  (one of the two, checked above)
+        try:
+            return Path(self.sql_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read sql_file {self.sql_file!r}: {exc}") from None
+
+    @property
+    def stream_schema(self) -> pa.Schema:
+        """Arrow schema of a decoded stream record."""
+        return pa.schema([pa.field(n, arrow_type(t)) for n, t in self.stream.schema_.items()])
+
+    @property
+    def spark_checkpoint(self) -> str:
+        """Spark's checkpoint location."""
+        return str(Path(self.checkpoint) / "spark")
+
+    @property
+    def operator_checkpoint(self) -> str:
+        """The operator's checkpoint directory (next to Spark's)."""
+        return str(Path(self.checkpoint) / "operator")
+
+
+AnyJobConfig = JobConfig | MultiWayJobConfig
+
+
+def is_multiway(data: Any) -> bool:
+    """Whether a job file's data is a multi-way job (it has ``sql`` or ``sql_file``)."""
+    return isinstance(data, dict) and ("sql" in data or "sql_file" in data)
+
+
+def parse_multiway_config(data: Any, origin: str = "<config>", base: Path | None = None) -> MultiWayJobConfig:
+    """Validate a multi-way job given as a mapping; a relative ``sql_file`` is relative to ``base``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: a job file must be a mapping of sections (source, stream, masters, sql, ...)")
+    sql_file = data.get("sql_file")
+    if base is not None and isinstance(sql_file, str) and not Path(sql_file).is_absolute():
+        data = {**data, "sql_file": str(base / sql_file)}
+    try:
+        return MultiWayJobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, origin)) from None
+
+
+def load_any_config(path: str | Path) -> AnyJobConfig:
+    """Read and validate a job file of either form: the single-table job or the multi-way job (``sql``)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read job file {p}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    if is_multiway(data):
+        return parse_multiway_config(data, str(p), p.resolve().parent)
+    return parse_config(data, str(p))

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from ssbj import credentials
 from ssbj.adapters.sql_common import arrow_type_for_sql
-from ssbj.config import DatabaseSink, JobConfig
+from ssbj.config import AnyJobConfig, DatabaseSink
 from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, RunCounts, TableName
 from ssbj.errors import ConfigError, InputError, StateError
 from ssbj.warehouse import REASON_COLUMN, RUN_ID_COLUMN, audit_table, published_table, quarantine_table
@@ -58,7 +58,7 @@ def audit_counts(row: Mapping[str, Any]) -> RunCounts:
     return RunCounts(**{name: int(row[column] or 0) for column, name in AUDIT_COUNTS.items()})
 
 
-def gate_table_names(cfg: JobConfig) -> tuple[str, str, str]:
+def gate_table_names(cfg: AnyJobConfig) -> tuple[str, str, str]:
     """Return the (published, quarantine, audit) table names of a job whose sink is a database."""
     if not isinstance(cfg.sink, DatabaseSink):
         raise ConfigError("the audit table and the publish step need a sink of kind database")
@@ -77,7 +77,7 @@ def _now() -> dt.datetime:
 class Warehouse:
     """The job's warehouse database: enriched, published, quarantine and audit tables."""
 
-    def __init__(self, cfg: JobConfig, engine: sa.Engine | None = None) -> None:
+    def __init__(self, cfg: AnyJobConfig, engine: sa.Engine | None = None) -> None:
         self.published_name, self.quarantine_name, self.audit_name = gate_table_names(cfg)
         assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101  (checked by gate_table_names)
         self.cfg = cfg

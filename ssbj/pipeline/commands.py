@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ssbj import warehouse
-from ssbj.config import DatabaseSink, JobConfig, load_config
+from ssbj.config import DatabaseSink, JobConfig, MultiWayJobConfig, load_any_config, load_config
 from ssbj.config_cq import is_cq_file
 from ssbj.core.operator import StepResult
 from ssbj.errors import ConfigError
@@ -24,6 +24,7 @@ from ssbj.pipeline import cq_commands
 from ssbj.pipeline.audit import Warehouse, gate_table_names
 from ssbj.pipeline.factory import MasterSource, validate_job
 from ssbj.pipeline.job import EnrichmentJob
+from ssbj.pipeline.multiway_quality import check_multiway_run, validate_multiway_job
 from ssbj.pipeline.quality import check_run, gate_run, result_path
 from ssbj.pipeline.quickstart import add_command
 
@@ -159,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``ssbj run --config job.yaml``."""
     if is_cq_file(args.config):
         return cq_commands.cmd_run(args, _setup_logging)
-    cfg = load_config(args.config)
+    cfg = load_any_config(args.config)
     _setup_logging(args.log_level)
 
     display = None if args.quiet else ProgressDisplay()
@@ -184,9 +185,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     if args.summary:
         Path(args.summary).write_text(json.dumps(result, indent=2))
+    matched, unmatched = ("output", "dropped") if isinstance(cfg, MultiWayJobConfig) else ("matched", "unmatched")
     print(
         f"{cfg.name}: {summary.batches} batches, {c.records_in:,} records -> {c.output_rows:,} enriched rows "
-        f"({c.matched_source_rows:,} matched, {c.unmatched_source_rows:,} unmatched, "
+        f"({c.matched_source_rows:,} {matched}, {c.unmatched_source_rows:,} {unmatched}, "
         f"{c.dead_letters:,} dead letters, {c.waiting:,} waiting)"
     )
     return 0 if result["reconciled"] else 1
@@ -196,9 +198,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """``ssbj validate job.yaml``."""
     if is_cq_file(args.config):
         return cq_commands.cmd_validate(args)
-    cfg = load_config(args.config)
+    cfg = load_any_config(args.config)
 
-    for line in validate_job(cfg):
+    for line in validate_multiway_job(cfg) if isinstance(cfg, MultiWayJobConfig) else validate_job(cfg):
         print(line)
     print(f"{args.config}: OK")
     return 0
@@ -230,7 +232,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 def cmd_move(args: argparse.Namespace, target: str) -> int:
     """``ssbj publish|quarantine job.yaml --run-id X``."""
-    cfg = load_config(args.config)
+    cfg = load_any_config(args.config)
     wh = Warehouse(cfg)
     if target == "publish":
         n = wh.publish(args.run_id)
@@ -247,8 +249,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return cq_commands.cmd_check(args)
     if args.run_id is None:
         raise ConfigError("ssbj check: --run-id is required for an enrichment job")
-    cfg = load_config(args.config)
-    result = check_run(cfg, args.run_id)
+    cfg = load_any_config(args.config)
+    result = check_multiway_run(cfg, args.run_id) if isinstance(cfg, MultiWayJobConfig) else check_run(cfg, args.run_id)
     print(result.summary())
     print(f"result: {result_path(cfg, args.run_id)}")
     return 0 if result.success else 1
@@ -256,6 +258,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``ssbj gate job.yaml --run-id X``."""
-    outcome = gate_run(load_config(args.config), args.run_id)
+    outcome = gate_run(load_any_config(args.config), args.run_id)
     print(outcome.message, file=sys.stdout if outcome.published else sys.stderr)
     return 0 if outcome.published else 1

@@ -15,7 +15,7 @@ from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import is_transient
-from ssbj.config import DatabaseSink, JobConfig, ParquetSink
+from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.prefetch import PrefetchingScan
@@ -164,7 +164,7 @@ def validate_job(cfg: JobConfig) -> list[str]:
     return out
 
 
-def _check_kafka(cfg: JobConfig) -> str:
+def _check_kafka(cfg: AnyJobConfig) -> str:
     src = cfg.source
     assert src.kind == "kafka"  # noqa: S101
     try:

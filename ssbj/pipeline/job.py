@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ssbj.config import JobConfig
+from ssbj.config import AnyJobConfig, MultiWayJobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.credentials import kafka_bootstrap, kafka_client_options
@@ -21,6 +21,7 @@ from ssbj.errors import ConfigError, ServiceError, TerminalError, TransientError
 from ssbj.logs import fields
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
+from ssbj.pipeline.multiway_job import MultiWayProcessor, build_multiway_processor
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import decoder
@@ -43,7 +44,7 @@ class RunSummary:
     restarts: int
 
 
-def spark_session(cfg: JobConfig) -> Any:
+def spark_session(cfg: AnyJobConfig) -> Any:
     """Get or create the Spark session; under spark-submit its master wins over the config."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -58,7 +59,7 @@ def spark_session(cfg: JobConfig) -> Any:
     return builder.getOrCreate()
 
 
-def source_frame(spark: Any, cfg: JobConfig) -> Any:
+def source_frame(spark: Any, cfg: AnyJobConfig) -> Any:
     """Return the streaming DataFrame of raw records for the configured source."""
     src = cfg.source
     if src.kind == "files":
@@ -99,7 +100,7 @@ class EnrichmentJob:
 
     def __init__(
         self,
-        cfg: JobConfig,
+        cfg: AnyJobConfig,
         spark: Any | None = None,
         on_progress: ProgressCallback | None = None,
         max_restarts: int = 10,
@@ -116,12 +117,16 @@ class EnrichmentJob:
         # query restarts after an outage outlasted the adapters' own retries
         self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
         self.stop_event = threading.Event()
-        self.processor: EnrichmentProcessor | ShardedRun
-        if cfg.join.placement == "executors":
-            self.processor = ShardedRun(cfg)  # the join runs in the executors; the driver holds no join state
+        self.processor: EnrichmentProcessor | ShardedRun | MultiWayProcessor
+        if isinstance(cfg, MultiWayJobConfig):  # a SQL query over the stream and several masters
+            self.processor = build_multiway_processor(cfg, DirectoryStore(cfg.operator_checkpoint))
+            self._decode = self.processor.query.decoder()
         else:
-            self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint), observer)
-        self._decode = decoder(cfg)
+            if cfg.join.placement == "executors":
+                self.processor = ShardedRun(cfg)  # the join runs in the executors; the driver holds no join state
+            else:
+                self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint), observer)
+            self._decode = decoder(cfg)
         self._error: BaseException | None = None
         self._batches = 0
         self._last_batch_time = time.monotonic()

@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ssbj import credentials
-from ssbj.config import DatabaseSink, JobConfig
+from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig
 from ssbj.contracts import RunCounts, TableName
 from ssbj.errors import ConfigError, StateError
 from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
@@ -230,7 +230,7 @@ def check_run(cfg: JobConfig, run_id: str, engine: sa.Engine | None = None) -> C
     return result
 
 
-def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange) -> dict[str, Any]:
+def _reconcile(cfg: AnyJobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange) -> dict[str, Any]:
     """Check rows in = enriched source rows + unmatched + dead-lettered + waiting, and the dead letters."""
     dead_in_table = None
     if isinstance(cfg.dead_letter, DatabaseSink):
@@ -259,13 +259,13 @@ def _reconcile(cfg: JobConfig, wh: Warehouse, row: dict[str, Any], rng: RunRange
     }
 
 
-def result_path(cfg: JobConfig, run_id: str) -> Path:
+def result_path(cfg: AnyJobConfig, run_id: str) -> Path:
     """Return where the JSON result of a run's checks is stored."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_id)
     return Path(cfg.checkpoint) / "quality" / f"{safe}.json"
 
 
-def _store(cfg: JobConfig, result: CheckResult) -> None:
+def _store(cfg: AnyJobConfig, result: CheckResult) -> None:
     path = result_path(cfg, result.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -273,7 +273,7 @@ def _store(cfg: JobConfig, result: CheckResult) -> None:
     os.replace(tmp, path)
 
 
-def load_result(cfg: JobConfig, run_id: str) -> CheckResult:
+def load_result(cfg: AnyJobConfig, run_id: str) -> CheckResult:
     """Return the stored result of ``ssbj check`` for ``run_id``."""
     path = result_path(cfg, run_id)
     if not path.exists():
@@ -291,7 +291,7 @@ class GateOutcome:
     message: str
 
 
-def gate_run(cfg: JobConfig, run_id: str) -> GateOutcome:
+def gate_run(cfg: AnyJobConfig, run_id: str) -> GateOutcome:
     """Publish a checked run's rows if every check passed, else quarantine them with the summary."""
     result = load_result(cfg, run_id)
     wh = Warehouse(cfg)

@@ -26,11 +26,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ssbj.contracts import MasterScan
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.multiway import order as O
 from ssbj.core.multiway import persist
 from ssbj.core.multiway.edgecache import EdgeCache
 from ssbj.core.multiway.keyindex import KeyIndex
+from ssbj.core.multiway.lineage import SOURCE_COLUMN, SourceLedger
 from ssbj.core.multiway.plan import EdgePlan, build_edges, joined, needed_columns, null_extended, prepare_input, qual
 from ssbj.core.multiway.spec import MultiWaySpec
 from ssbj.core.multiway.store import Chunk, MemoryStore, WaitingStateOverflow, WaitingStore
@@ -45,7 +47,7 @@ class MultiWayJoin:
     def __init__(
         self,
         spec: MultiWaySpec,
-        masters: Mapping[str, pa.Table],
+        masters: Mapping[str, pa.Table | MasterScan],
         memory_budget: int,
         *,
         order_policy: str = "dppick",
@@ -58,6 +60,7 @@ class MultiWayJoin:
         partition_share: float = 0.05,
         cache_share: float = 0.1,
         use_cache: bool = True,
+        track_sources: bool = False,
     ) -> None:
         if memory_budget <= 0:
             raise ConfigError(f"memory_budget must be > 0 bytes, got {memory_budget}")
@@ -70,6 +73,12 @@ class MultiWayJoin:
         self.policy = order_policy
         self.period = period
         self._need = needed_columns(spec)
+        # source-row accounting (lineage.py): every stream row carries its id through the joins
+        self.ledger: SourceLedger | None = SourceLedger() if track_sources else None
+        self._src = qual(spec.stream, SOURCE_COLUMN)
+        if self.ledger is not None:
+            self._need[spec.stream] = [*self._need[spec.stream], SOURCE_COLUMN]
+        self._persisted: set[int] = set()  # chunks this incarnation wrote or loaded (persist.py)
         self.edges: list[EdgePlan] = build_edges(
             spec, masters, memory_budget, hold, hold_share, partition_rows, partition_share
         )
@@ -91,7 +100,7 @@ class MultiWayJoin:
                 cap = int(cache_share * memory_budget / max(len(scanned), 1))
                 self.caches[p.index] = EdgeCache(len(p.key_cols), p.key_cols, cap)
         self.estats = [
-            O.EdgeStats(kappa=float(p.index_.keys if p.index_ is not None else p.table.num_rows)) for p in self.edges
+            O.EdgeStats(kappa=float(p.index_.keys if p.index_ is not None else p.num_rows)) for p in self.edges
         ]
         self._p = [0] * len(self.edges)  # next partition of each scanned master
         self._chunks: dict[int, list[Chunk]] = {p.index: [] for p in scanned}
@@ -108,6 +117,8 @@ class MultiWayJoin:
             "served_by_cache": 0,
             "reorders": 0,
             "rows_probed": 0,  # rows that probed an edge (held, cache, or entering a scan)
+            "source_rows_out": 0,  # stream rows finished with at least one result row (track_sources)
+            "source_rows_dropped": 0,  # stream rows finished without one: filtered or no inner match
         }
         self.busy_seconds = 0.0
         self._peak = 0
@@ -128,7 +139,8 @@ class MultiWayJoin:
                 cache = self.caches.get(p.index)
                 if cache is not None:
                     total += max(cache.nbytes(), cache.capacity)
-        return total + 64 * sum(len(c) for c in self._chunks.values())
+        ledger = self.ledger.nbytes() if self.ledger is not None else 0
+        return total + ledger + 64 * sum(len(c) for c in self._chunks.values())
 
     def _fit_store(self) -> None:
         limit = self.budget - self.fixed_bytes()
@@ -148,13 +160,15 @@ class MultiWayJoin:
         caches = sum(c.nbytes() for c in self.caches.values())
         disk = sum(self._disk_peak)
         store = self.store.memory_bytes()
+        ledger = self.ledger.nbytes() if self.ledger is not None else 0
         return {
             "held_masters": held,
             "caches": caches,
             "partition_buffers": disk,
             "waiting_store": store,
             "waiting_on_disk": self.store.disk_bytes(),
-            "total": held + caches + disk + store,
+            "source_ledger": ledger,
+            "total": held + caches + disk + store + ledger,
             "budget": self.budget,
         }
 
@@ -171,6 +185,12 @@ class MultiWayJoin:
         out: list[pa.Table] = []
         if table.num_rows:
             n = table.num_rows
+            if self.ledger is not None:
+                if SOURCE_COLUMN in table.column_names:
+                    raise InputError(f"stream batch has a column named {SOURCE_COLUMN!r}, which the operator adds")
+                ids = np.arange(self.counters["tuples_in"], self.counters["tuples_in"] + n, dtype=np.int64)
+                table = table.append_column(SOURCE_COLUMN, pa.array(ids))
+                self.ledger.admitted(ids)
             self.counters["tuples_in"] += n
             rows = prepare_input(table, self.spec.stream, self._need[self.spec.stream], self.spec)
             if self._stream_schema is None:
@@ -193,8 +213,20 @@ class MultiWayJoin:
         self._peak = max(self._peak, self.memory()["total"])
         result = self._result(out)
         self.counters["output_rows"] += result.num_rows
+        if self.ledger is not None:
+            done_out, done_dropped = self.ledger.settle()
+            self.counters["source_rows_out"] += done_out
+            self.counters["source_rows_dropped"] += done_dropped
         self.busy_seconds += time.perf_counter() - t0
         return result
+
+    @property
+    def waiting_source_rows(self) -> int:
+        """Stream rows with rows still waiting (``track_sources``; 0 without it)."""
+        return self.ledger.pending if self.ledger is not None else 0
+
+    def _ids(self, table: pa.Table) -> np.ndarray:
+        return np.asarray(table.column(self._src).to_numpy(), dtype=np.int64)
 
     @property
     def waiting_rows(self) -> int:
@@ -264,6 +296,8 @@ class MultiWayJoin:
         self._vs[p.index] = 0.9 * self._vs[p.index] + 0.1 * width if self._vs[p.index] else width
         self._fit_store()
         self.store.put(p.index, cid, table, matched)
+        if self.ledger is not None:
+            self.ledger.waits(self._ids(table))
         self._chunks[p.index].append(Chunk(cid, p.index, oid, pos, 0, table.num_rows, width))
         self.estats[p.index].note(table.num_rows, 0, 0)
         self.counters["rows_probed"] += table.num_rows
@@ -298,7 +332,10 @@ class MultiWayJoin:
             if ch.seen >= p.k:
                 if matched is not None and not matched.all():
                     self._route(null_extended(table, np.flatnonzero(~matched), p), ch.oid, ch.pos + 1, out)
+                if self.ledger is not None:
+                    self.ledger.leaves(self._ids(table))
                 self.store.delete(p.index, ch.id)
+                self._persisted.discard(ch.id)
             else:
                 still.append(ch)
         self._chunks[p.index] = still
@@ -312,6 +349,9 @@ class MultiWayJoin:
             return pa.table(
                 {n: pa.array([], self._out_type(c)) for n, c in zip(self._out_names, self._out_cols, strict=True)}
             )
+        if self.ledger is not None:
+            for o in out:
+                self.ledger.emitted(self._ids(o))
         t = pa.concat_tables([o.select(self._out_cols) for o in out])
         return t.rename_columns(self._out_names)
 
@@ -352,6 +392,7 @@ class MultiWayJoin:
         return {
             **self.counters,
             "waiting_rows": self.waiting_rows,
+            "waiting_source_rows": self.waiting_source_rows,
             "busy_seconds": self.busy_seconds,
             "memory": self.memory(),
             "peak_memory": self._peak,
@@ -366,16 +407,21 @@ class MultiWayJoin:
         }
 
     # ------------------------------------------------------------------ checkpoint
-    def checkpoint(self, store: DirectoryStore, checkpoint_id: int) -> None:
-        """Save the state as checkpoint ``checkpoint_id`` (chunks are written once)."""
-        persist.save(self, store, checkpoint_id)
+    def checkpoint(self, store: DirectoryStore, checkpoint_id: int, meta: dict[str, Any] | None = None) -> None:
+        """Save the state as checkpoint ``checkpoint_id`` (chunks are written once); ``meta`` goes into its manifest."""
+        persist.save(self, store, checkpoint_id, meta)
+
+    @staticmethod
+    def checkpoint_meta(store: DirectoryStore, checkpoint_id: int | None = None) -> dict[str, Any]:
+        """Return the ``meta`` saved with a checkpoint (e.g. the pipeline's master layouts), without restoring it."""
+        return persist.meta(store, checkpoint_id)
 
     @classmethod
     def restore(
         cls,
         ckpt: DirectoryStore,
         spec: MultiWaySpec,
-        masters: Mapping[str, pa.Table],
+        masters: Mapping[str, pa.Table | MasterScan],
         memory_budget: int,
         checkpoint_id: int | None = None,
         **options: Any,

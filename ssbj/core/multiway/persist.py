@@ -28,8 +28,20 @@ def _holt(d: dict[str, Any]) -> Holt:
     return Holt(**d)
 
 
-def save(op: MultiWayJoin, store: DirectoryStore, cid: int) -> None:
-    """Write checkpoint ``cid``."""
+def meta(store: DirectoryStore, cid: int | None) -> dict[str, Any]:
+    """Return the caller's ``meta`` of checkpoint ``cid`` (default: the newest)."""
+    cid, m = store.read_manifest(cid)
+    if m.get("kind") != "multiway":
+        raise CheckpointError(f"checkpoint {cid} in {store.path} is not of a multi-way join")
+    return dict(m.get("meta") or {})
+
+
+def save(op: MultiWayJoin, store: DirectoryStore, cid: int, meta: dict[str, Any] | None = None) -> None:
+    """Write checkpoint ``cid``.
+
+    A chunk file is written once per operator incarnation: after a rollback, chunk ids are
+    handed out again, and a file left by the rolled-back run must not stand for a new chunk.
+    """
     files: list[str] = []
     flags: dict[str, np.ndarray] = {}
     chunks = []
@@ -37,12 +49,15 @@ def save(op: MultiWayJoin, store: DirectoryStore, cid: int) -> None:
         for ch in cs:
             name = f"mw-chunk-{ch.id}.arrow"
             table, matched = op.store.get(edge, ch.id)
-            if not store.exists(name):
+            if ch.id not in op._persisted or not store.exists(name):
                 store.write_table(name, table)
+                op._persisted.add(ch.id)
             files.append(name)
             if matched is not None:
                 flags[f"f{ch.id}"] = matched
             chunks.append(asdict(ch))
+    if op.ledger is not None:
+        flags.update(op.ledger.arrays())
     fname = f"mw-flags-{cid}.npz"
     store.write_arrays(fname, flags)
     files.append(fname)
@@ -77,6 +92,7 @@ def save(op: MultiWayJoin, store: DirectoryStore, cid: int) -> None:
         "reorder_log": op._reorder_log,
         "caches": caches,
         "stream_schema": op._stream_schema is not None,
+        "meta": meta or {},
     }
     store.write_manifest(cid, manifest)
 
@@ -112,7 +128,12 @@ def load(op: MultiWayJoin, store: DirectoryStore, cid: int | None) -> None:
         for k in info["present"]:
             tables[k] = store.read_table(f"mw-cache-{edge}-{k}-{cid}.arrow")
         cache.load(tables, info["collecting"])
+    if op.ledger is not None:
+        if "ledger_ids" not in flags:
+            raise CheckpointError(f"checkpoint {cid} was written without source-row tracking")
+        op.ledger.load(flags)
     op._chunks = {e: [] for e in op._chunks}
+    op._persisted = set()
     op._fit_store()
     for d in m["chunks"]:
         ch = Chunk(**d)
@@ -120,3 +141,4 @@ def load(op: MultiWayJoin, store: DirectoryStore, cid: int | None) -> None:
         f = flags.get(f"f{ch.id}")
         op.store.put(ch.edge, ch.id, table, None if f is None else np.asarray(f, dtype=bool))
         op._chunks[ch.edge].append(ch)
+        op._persisted.add(ch.id)

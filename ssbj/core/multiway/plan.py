@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ssbj.contracts import MasterScan
 from ssbj.core.arrowtypes import plain_table
 from ssbj.core.multiway.keyindex import KeyIndex
 from ssbj.core.multiway.spec import JoinEdge, MultiWaySpec
@@ -85,6 +86,7 @@ class EdgePlan:
     held: bool
     table: pa.Table  # held: filtered and projected; scanned: the source as given (read by slices)
     index_: KeyIndex | None = None
+    scan: MasterScan | None = None  # a scanned master read partition by partition (e.g. from a database)
     b: int = 0
     k: int = 1
     row_bytes: float = 0.0
@@ -105,8 +107,15 @@ class EdgePlan:
         """Bytes of a master held whole: the table and its index."""
         return int(self.table.nbytes) + (self.index_.nbytes if self.index_ is not None else 0)
 
+    @property
+    def num_rows(self) -> int:
+        """Rows of the master (of the scan's layout for a master read by a scan)."""
+        return int(self.scan.num_rows) if self.scan is not None else int(self.table.num_rows)
+
     def read_partition(self, p: int, spec: MultiWaySpec) -> pa.Table:
         """Partition ``p`` of a scanned master, as a database scan returns it: filtered, projected."""
+        if self.scan is not None:
+            return _filter_project(plain_table(self.scan.read_partition(p)), self, spec)
         return _filter_project(self.table.slice(p * self.b, self.b), self, spec)
 
 
@@ -116,16 +125,31 @@ def _filter_project(src: pa.Table, p: EdgePlan, spec: MultiWaySpec) -> pa.Table:
     return src.select(raw).rename_columns(p.master_cols)
 
 
+def _schema_row_bytes(schema: pa.Schema) -> float:
+    """Bytes per row of ``schema`` before any row is read: fixed widths, 32 for a variable-width value."""
+    total = 0.0
+    for f in schema:
+        try:
+            total += max(1, f.type.bit_width // 8)
+        except ValueError:
+            total += 32.0
+    return max(total, 1.0)
+
+
 def build_edges(
     spec: MultiWaySpec,
-    masters: Mapping[str, pa.Table],
+    masters: Mapping[str, pa.Table | MasterScan],
     memory_budget: int,
     hold: Mapping[str, bool] | None,
     hold_share: float,
     partition_rows: Mapping[str, int] | int | None,
     partition_share: float,
 ) -> list[EdgePlan]:
-    """Lay out every edge; decide which masters are held whole."""
+    """Lay out every edge; decide which masters are held whole.
+
+    A master given as a :class:`MasterScan` (``schema`` included) is always scanned, in the
+    scan's own partitions (its ``partition_rows`` and ``num_partitions()``, fixed by its layout).
+    """
     need = needed_columns(spec)
     by_master = {e.master: i for i, e in enumerate(spec.edges)}
     plans: list[EdgePlan] = []
@@ -135,11 +159,28 @@ def build_edges(
         if src is None:
             raise InputError(f"multi-way join: no table given for master {m.alias!r} (table {m.table!r})")
         cols = need[e.master]
-        src = plain_table(src)
-        missing = [c for c in cols if c not in src.column_names]
+        scan: MasterScan | None = None
+        if isinstance(src, pa.Table):
+            src = plain_table(src)
+            schema = src.schema
+        else:
+            scan = src
+            schema = getattr(src, "schema", None)
+            if not isinstance(schema, pa.Schema):
+                raise ConfigError(f"multi-way join: the scan of master {m.alias!r} has no Arrow schema")
+            if hold is not None and hold.get(e.master):
+                raise ConfigError(f"multi-way join: master {m.alias!r} is given as a scan and cannot be held whole")
+            src = schema.empty_table()
+        missing = [c for c in cols if c not in schema.names]
         if missing:
             raise InputError(f"multi-way join: master {m.alias!r} lacks columns {missing}")
-        proj = src.select(cols)
+        if scan is None:
+            proj = src.select(cols)
+            row_bytes = proj.nbytes / max(proj.num_rows, 1)
+            proj_bytes = int(proj.nbytes)
+        else:
+            row_bytes = _schema_row_bytes(pa.schema([schema.field(c) for c in cols]))
+            proj_bytes = int(row_bytes * scan.num_rows)
         plans.append(
             EdgePlan(
                 index=i,
@@ -148,16 +189,19 @@ def build_edges(
                 probe_cols=[qual(e.probe, c) for c in e.probe_columns],
                 key_cols=[qual(e.master, c) for c in e.master_columns],
                 master_cols=[qual(e.master, c) for c in cols],
-                master_types=[src.schema.field(c).type for c in cols],
+                master_types=[schema.field(c).type for c in cols],
                 held=False,
                 table=src,
-                row_bytes=proj.nbytes / max(proj.num_rows, 1),
-                proj_bytes=int(proj.nbytes),
+                scan=scan,
+                row_bytes=row_bytes,
+                proj_bytes=proj_bytes,
             )
         )
     # hold the smallest masters whole while they fit their share of the budget
     room = hold_share * memory_budget
     for p in sorted(plans, key=lambda p: p.proj_bytes):
+        if p.scan is not None:
+            continue
         want = hold.get(p.edge.master) if hold is not None else None
         size = p.proj_bytes + INDEX_BYTES_PER_ROW * p.table.num_rows
         if want is True or (want is None and size <= room):
@@ -168,6 +212,10 @@ def build_edges(
         if p.held:
             p.table = _filter_project(p.table, p, spec)
             p.index_ = KeyIndex([p.table.column(c) for c in p.key_cols])
+            continue
+        if p.scan is not None:
+            p.b = max(1, int(p.scan.partition_rows))
+            p.k = max(1, int(p.scan.num_partitions()))
             continue
         if isinstance(partition_rows, int):
             b = partition_rows

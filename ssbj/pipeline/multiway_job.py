@@ -1,0 +1,341 @@
+"""A multi-way job, one micro-batch at a time: decode, join, write idempotently, checkpoint.
+
+The same three rules as the single-table processor (:mod:`ssbj.pipeline.processor`) give
+exactly once:
+
+1. the sink replaces everything written under (batch id, segment);
+2. the operator's state (:class:`MultiWayJoin`: waiting chunks, caches, statistics, probe
+   orders, the source-row ledger) is checkpointed after the sink write, under the batch
+   id, with the master plan (held or scanned, the scans' layouts) and the pipeline's
+   counters in the same manifest;
+3. a batch id not newer than the last checkpoint is a replay: the state rolls back to
+   the checkpoint before it. Drains (idle, or the end of an ``available-now`` run) are
+   segments 1, 2, ... of the last batch and run only once Spark has committed it.
+
+Counts (what the audit row and ``ssbj run``'s summary reconcile), per source record:
+``records in = output source rows + dropped + waiting + dead letters``, where an *output*
+source row produced at least one result row, a *dropped* one finished with none (the
+stream's WHERE filtered it, or an inner edge found no master row for it or for every row
+derived from it), and a *waiting* one still has derived rows waiting for a scanned
+master's R-cycle (:mod:`ssbj.core.multiway.lineage`). With only left edges and no stream
+filter nothing is dropped. They map onto :class:`RunCounts` as matched = output, unmatched
+= dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ssbj.adapters.lsmstore import LsmStore
+from ssbj.config import MultiWayJobConfig
+from ssbj.contracts import DEAD_LETTER_SCHEMA, MasterScan, RunCounts, WarehouseSink
+from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.multiway import MemoryStore, MultiWayJoin, WaitingStore
+from ssbj.logs import fields
+from ssbj.pipeline import faults
+from ssbj.pipeline.factory import build_sink
+from ssbj.pipeline.multiway_masters import JobQuery, MasterPlan
+from ssbj.pipeline.records import Decoded
+
+log = logging.getLogger("ssbj.progress")
+
+
+@dataclass
+class MultiWayTotals:
+    """Counters over the job's life; restored from the checkpoint."""
+
+    records_in: int = 0
+    decoded_rows: int = 0
+    dead_letters: int = 0
+    output_rows: int = 0
+    batches: int = 0
+
+
+class MultiWayProcessor:
+    """Drives :class:`MultiWayJoin` one micro-batch at a time, with idempotent sinks."""
+
+    def __init__(
+        self,
+        query: JobQuery,
+        sink: WarehouseSink,
+        dead_letters: WarehouseSink,
+        store: DirectoryStore,
+    ) -> None:
+        self.query = query
+        self.cfg = query.cfg
+        self.sink = sink
+        self.dead_letter_sink = dead_letters
+        self.store = store
+        self.lock = threading.RLock()
+        self.op: MultiWayJoin | None = None
+        self.plan: MasterPlan | None = None
+        self._masters: tuple[str, dict[str, pa.Table | MasterScan]] | None = None
+        self.last_batch: int | None = None
+        self.segment = 0
+        self.totals = MultiWayTotals()
+        self.last_progress: dict[str, Any] = {}
+        self._prepared = False
+        self._last_batch_end = time.time()
+
+    # ------------------------------------------------------------------ state
+    def _options(self) -> dict[str, Any]:
+        j = self.cfg.join
+        store: WaitingStore = LsmStore() if j.store == "lsm" else MemoryStore()
+        return {
+            "order_policy": j.order_policy,
+            "store": store,
+            "hold_share": j.hold_share,
+            "use_cache": j.cache,
+            "track_sources": True,
+        }
+
+    def _open_masters(self, plan: MasterPlan) -> dict[str, pa.Table | MasterScan]:
+        """Return the masters of ``plan``; reused while the plan is the same (a replay in this process)."""
+        key = repr(sorted(plan.to_dict().items()))
+        if self._masters is None or self._masters[0] != key:
+            self._masters = (key, self.query.open(plan))
+        return self._masters[1]
+
+    def _hold(self, plan: MasterPlan) -> dict[str, bool]:
+        return {m.alias: plan.held[m.table] for m in self.query.spec.masters}
+
+    def open(self) -> None:
+        """Restore the newest checkpoint, or start fresh (planning the masters)."""
+        with self.lock:
+            latest = self.store.latest()
+            if latest is None:
+                self._fresh()
+            else:
+                self._restore(latest)
+            if not self._prepared:
+                self.sink.prepare(self.query.output_schema)
+                self.dead_letter_sink.prepare(DEAD_LETTER_SCHEMA)
+                self._prepared = True
+
+    def _close_op(self) -> None:
+        if self.op is not None:
+            self.op.store.close()
+            self.op = None
+
+    def _fresh(self) -> None:
+        self._close_op()
+        budget = self.cfg.join.memory
+        self.plan = self.query.plan(budget)
+        masters = self._open_masters(self.plan)
+        self.op = MultiWayJoin(self.query.spec, masters, budget, hold=self._hold(self.plan), **self._options())
+        self.last_batch, self.segment = None, 0
+        self.totals = MultiWayTotals()
+
+    def _restore(self, checkpoint_id: int) -> None:
+        self._close_op()
+        meta = MultiWayJoin.checkpoint_meta(self.store, checkpoint_id)
+        self.plan = MasterPlan.from_dict(meta["masters"])
+        masters = self._open_masters(self.plan)
+        self.op = MultiWayJoin.restore(
+            self.store,
+            self.query.spec,
+            masters,
+            self.cfg.join.memory,
+            checkpoint_id,
+            hold=self._hold(self.plan),
+            **self._options(),
+        )
+        self.last_batch = int(meta["batch_id"])
+        self.segment = int(meta["segment"])
+        self.totals = MultiWayTotals(**meta["totals"])
+
+    def _rollback_before(self, batch_id: int) -> None:
+        older = [i for i in self.store.manifests() if i < batch_id]
+        if older:
+            self._restore(older[-1])
+        else:
+            self._fresh()
+        restored = older[-1] if older else None
+        log.info(
+            "batch %d is a replay: restored checkpoint %s",
+            batch_id,
+            restored,
+            extra=fields(event="replay", batch_id=batch_id, restored=restored),
+        )
+
+    def _checkpoint(self, batch_id: int, segment: int) -> None:
+        assert self.op is not None and self.plan is not None  # noqa: S101
+        meta = {
+            "batch_id": batch_id,
+            "segment": segment,
+            "masters": self.plan.to_dict(),
+            "totals": asdict(self.totals),
+            "counts": self.counts().to_dict(),
+        }
+        self.op.checkpoint(faults.store_for(self.store, batch_id), batch_id, meta)
+        self.last_batch, self.segment = batch_id, segment
+
+    def reset(self) -> None:
+        """Forget the in-memory state: the next batch reloads the newest checkpoint (after a failed batch)."""
+        with self.lock:
+            self._close_op()
+            self._masters = None  # an outage may have cut the held masters' read short: read them again
+
+    def position(self) -> tuple[int, int]:
+        """(batch id, segment) of the newest checkpoint; (-1, 0) before the first batch."""
+        return (self.last_batch if self.last_batch is not None else -1, self.segment)
+
+    # ------------------------------------------------------------------ batches
+    def _steps(self, rows: pa.Table) -> list[pa.Table]:
+        step = self.cfg.join.step_rows
+        if rows.num_rows == 0:
+            return [rows]
+        if step is None:
+            return [rows]
+        return [rows.slice(i, step) for i in range(0, rows.num_rows, step)]
+
+    def _output(self, parts: list[pa.Table]) -> pa.Table:
+        schema = self.query.output_schema
+        tables = [t.cast(schema) for t in parts if t.num_rows]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def process(self, batch_id: int, decode: Callable[[], Decoded]) -> dict[str, Any]:
+        """Process micro-batch ``batch_id``, whose records ``decode`` returns."""
+        with self.lock:
+            t0 = time.perf_counter()
+            if self.op is None:
+                self.open()
+            if self.last_batch is not None and batch_id <= self.last_batch:
+                self._rollback_before(batch_id)
+            op = self.op
+            assert op is not None  # noqa: S101
+            decoded = decode()
+            faults.crash_point("after-decode", batch_id)
+            records = decoded.rows.num_rows + decoded.dead.num_rows
+            t1 = time.perf_counter()
+            parts = []
+            if decoded.rows.num_rows or op.waiting_rows:
+                parts = [op.process(s) for s in self._steps(decoded.rows)]
+            t2 = time.perf_counter()
+            out = self._output(parts)
+            self.sink.write(batch_id, 0, out)
+            self.dead_letter_sink.write(batch_id, 0, decoded.dead)
+            faults.crash_point("after-sink", batch_id)
+            t3 = time.perf_counter()
+            self.totals.records_in += records
+            self.totals.decoded_rows += decoded.rows.num_rows
+            self.totals.dead_letters += decoded.dead.num_rows
+            self.totals.output_rows += out.num_rows
+            self.totals.batches += 1
+            self._checkpoint(batch_id, 0)
+            faults.crash_point("after-checkpoint", batch_id)
+            t4 = time.perf_counter()
+            seconds = {"decode": t1 - t0, "join": t2 - t1, "write": t3 - t2, "checkpoint": t4 - t3}
+            return self._report("batch", batch_id, 0, records, decoded, len(parts), out, seconds)
+
+    def drain(self, is_committed: Callable[[int], bool]) -> dict[str, Any] | None:
+        """Finish every waiting row as a new segment of the last committed batch."""
+        with self.lock:
+            if self.op is None:
+                self.open()
+            op = self.op
+            assert op is not None  # noqa: S101
+            if self.last_batch is None or op.waiting_rows == 0 or not is_committed(self.last_batch):
+                return None
+            t0 = time.perf_counter()
+            parts = list(op.drain())
+            t1 = time.perf_counter()
+            out = self._output(parts)
+            segment = self.segment + 1
+            self.sink.write(self.last_batch, segment, out)
+            t2 = time.perf_counter()
+            self.totals.output_rows += out.num_rows
+            self._checkpoint(self.last_batch, segment)
+            t3 = time.perf_counter()
+            empty = Decoded(self.cfg.stream_schema.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
+            seconds = {"join": t1 - t0, "write": t2 - t1, "checkpoint": t3 - t2}
+            return self._report("drain", self.last_batch, segment, 0, empty, len(parts), out, seconds)
+
+    # ------------------------------------------------------------------ reporting
+    def _report(
+        self,
+        event: str,
+        batch_id: int,
+        segment: int,
+        records: int,
+        decoded: Decoded,
+        steps: int,
+        out: pa.Table,
+        seconds: dict[str, float],
+    ) -> dict[str, Any]:
+        op = self.op
+        assert op is not None  # noqa: S101
+        now = time.time()
+        wall = max(now - self._last_batch_end, 1e-9)
+        self._last_batch_end = now
+        c = self.counts()
+        st = op.counters
+        busy = seconds.get("join", 0.0)
+        probed = max(st["rows_probed"], 1)
+        progress: dict[str, Any] = {
+            "event": event,
+            "batch_id": batch_id,
+            "segment": segment,
+            "records_in": records,
+            "stream_rows": decoded.rows.num_rows,
+            "dead_letters": decoded.dead.num_rows,
+            "output_rows": out.num_rows,
+            "steps": steps,
+            "arrival_rate": records / wall,
+            "service_rate": decoded.rows.num_rows / busy if busy > 0 else 0.0,
+            "cache_hit_share": st["served_by_cache"] / probed,
+            "r_cycle": "-",
+            "partition": None,
+            "partitions": None,
+            "waiting_tuples": c.waiting,
+            "waiting_rows": op.waiting_rows,
+            "probe_order": [op.edges[e].edge.master for e in op.order],
+            "memory": op.memory(),
+            "seconds": seconds,
+            "totals": {
+                "records_in": c.records_in,
+                "dead_letters": c.dead_letters,
+                "stream_rows": st["tuples_in"],
+                "output_source_rows": c.matched_source_rows,
+                "dropped_source_rows": c.unmatched_source_rows,
+                "waiting": c.waiting,
+                "output_rows": c.output_rows,
+            },
+        }
+        self.last_progress = progress
+        log.info(
+            "%s %d.%d: %d records, %d rows out, %d source rows waiting",
+            event,
+            batch_id,
+            segment,
+            records,
+            out.num_rows,
+            c.waiting,
+            extra=fields(**progress),
+        )
+        return progress
+
+    def counts(self) -> RunCounts:
+        """Return the job's counts so far (they reconcile: :attr:`RunCounts.reconciled`)."""
+        assert self.op is not None  # noqa: S101
+        st = self.op.counters
+        return RunCounts(
+            records_in=self.totals.records_in,
+            matched_source_rows=st["source_rows_out"],
+            unmatched_source_rows=st["source_rows_dropped"],
+            waiting=self.op.waiting_source_rows,
+            dead_letters=self.totals.dead_letters,
+            output_rows=self.totals.output_rows,
+        )
+
+
+def build_multiway_processor(cfg: MultiWayJobConfig, store: DirectoryStore) -> MultiWayProcessor:
+    """Return the processor with its compiled query, masters and sinks (connections are opened here)."""
+    return MultiWayProcessor(JobQuery(cfg), build_sink(cfg.sink), build_sink(cfg.dead_letter), store)

@@ -1,0 +1,177 @@
+"""``ssbj validate`` and the quality gate of a multi-way job (the suite generated from its query).
+
+The suite, on the rows one run wrote (the run's batch range in the audit table):
+
+* every output column that is a join key of an **inner** edge (either side) is not NULL:
+  an inner edge passes only rows whose key matched, and NULL never matches;
+* master columns declared NOT NULL in the database are not NULL when their master is
+  reached from the stream through inner edges only (a left edge may NULL-extend it);
+* ``quality.not_null`` and ``quality.ranges`` on output columns;
+* the table holds exactly the run's output rows (the audit row's count);
+* with ``quality.source_id`` (an output column identifying a record) and nothing left
+  waiting, its distinct values are the run's output source rows;
+* rows in = output source rows + dropped + dead letters (+ waiting), every dead letter
+  stored (the single-table job's reconciliation check, shared).
+
+Publishing and quarantining are the single-table job's (``ssbj gate``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from ssbj.config import DatabaseSink, MultiWayJobConfig, ParquetSink
+from ssbj.contracts import RunCounts, TableName
+from ssbj.credentials import engine
+from ssbj.errors import ConfigError
+from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
+from ssbj.pipeline.factory import _check_kafka
+from ssbj.pipeline.multiway_masters import JobQuery
+from ssbj.pipeline.quality import CheckResult, Expectation, _reconcile, _store, validate_table
+from ssbj.sql.cli import describe
+
+log = logging.getLogger("ssbj.quality")
+
+
+def _inner_reached(query: JobQuery) -> set[str]:
+    """Aliases joined to the stream through inner edges only."""
+    reached = {query.spec.stream}
+    for e in query.spec.edges:
+        if e.kind == "inner" and e.probe in reached:
+            reached.add(e.master)
+    return reached
+
+
+def build_multiway_suite(
+    cfg: MultiWayJobConfig, query: JobQuery, columns: list[str], counts: RunCounts
+) -> list[Expectation]:
+    """Return the expectations for a run with audit ``counts``, on a table with ``columns``."""
+    spec = query.spec
+    keys: set[tuple[str, str]] = set()
+    for e in spec.edges:
+        if e.kind == "inner":
+            keys.update((e.probe, c) for c in e.probe_columns)
+            keys.update((e.master, c) for c in e.master_columns)
+    inner = _inner_reached(query)
+    tables = {m.alias: m.table for m in spec.masters}
+    out: list[Expectation] = []
+    seen: set[str] = set()
+    for o in spec.output:
+        if (o.alias, o.column) in keys:
+            why = "join key of an inner edge (NULL never matches)"
+        elif o.alias in tables and o.alias in inner and not query.schemas[tables[o.alias]].field(o.column).nullable:
+            why = "master column NOT NULL in the database, master joined by inner edges"
+        else:
+            continue
+        seen.add(o.name)
+        out.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": o.name}, why))
+    q = cfg.quality
+    for c in q.not_null:
+        if c not in columns:
+            raise ConfigError(f"quality.not_null: {c!r} is not an output column ({', '.join(columns)})")
+        if c not in seen:
+            out.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "declared in quality.not_null"))
+    for c, r in q.ranges.items():
+        if c not in columns:
+            raise ConfigError(f"quality.ranges: {c!r} is not an output column ({', '.join(columns)})")
+        out.append(
+            Expectation(
+                "ExpectColumnValuesToBeBetween",
+                {"column": c, "min_value": r.min, "max_value": r.max},
+                "declared in quality.ranges",
+            )
+        )
+    out.append(
+        Expectation(
+            "ExpectTableRowCountToEqual",
+            {"value": counts.output_rows},
+            "the warehouse holds every output row the run produced, once",
+        )
+    )
+    if q.source_id is not None:
+        if q.source_id not in columns:
+            raise ConfigError(f"quality.source_id: {q.source_id!r} is not an output column ({', '.join(columns)})")
+        if counts.waiting == 0:
+            n = counts.matched_source_rows
+            out.append(
+                Expectation(
+                    "ExpectColumnUniqueValueCountToBeBetween",
+                    {"column": q.source_id, "min_value": n, "max_value": n},
+                    "distinct source records in the output = output source rows in the audit",
+                )
+            )
+    return out
+
+
+def check_multiway_run(cfg: MultiWayJobConfig, run_id: str) -> CheckResult:
+    """Run the suite on the warehouse rows of ``run_id``; store the result; update the audit row."""
+    if not isinstance(cfg.sink, DatabaseSink):
+        raise ConfigError("the quality gate needs a sink of kind database")
+    wh = Warehouse(cfg)
+    row = wh.run(run_id)
+    rng = RunRange((row["from_batch_id"], row["from_segment"]), (row["to_batch_id"], row["to_segment"]))
+    enriched = wh.enriched()
+    columns = [c.name for c in enriched.columns]
+    expectations = build_multiway_suite(cfg, JobQuery(cfg), columns, audit_counts(row))
+    query = str(
+        sa.select(enriched)
+        .where(rng.predicate(enriched))
+        .compile(dialect=wh.engine.dialect, compile_kwargs={"literal_binds": True})
+    )  # literals are the run's integer batch ids and segments only
+    checks, failing = validate_table(wh.engine, query, expectations, cfg.name)
+    checks.append(_reconcile(cfg, wh, row, rng))
+    success = all(c["success"] for c in checks)
+    result = CheckResult(cfg.name, run_id, success, failing, checks)
+    _store(cfg, result)
+    wh.set_status(run_id, "checked" if success else "failed", failing, {"checks": checks})
+    log.info(result.summary())
+    return result
+
+
+def validate_multiway_job(cfg: MultiWayJobConfig) -> list[str]:
+    """Check everything a run needs except starting Spark: the query compiles over the real tables."""
+    query = JobQuery(cfg)  # reflects every master table and compiles the SQL (the front end's errors)
+    plan = query.plan(cfg.join.memory)
+    out = [f"query: {cfg.stream.name} joined with {', '.join(cfg.masters)} at {cfg.database.display()}"]
+    out += ["  " + line for line in describe(query.spec).splitlines()]
+    for name in cfg.masters:
+        how = (
+            "held (read whole at start)"
+            if plan.held[name]
+            else (
+                f"scanned, {plan.layouts[name]['num_rows']:,} rows in "
+                f"{len(plan.layouts[name]['bounds']) + 1} partitions of b={plan.layouts[name]['partition_rows']:,}"
+            )
+        )
+        out.append(f"master {name}: table {query.table(name)}, {how}; columns {', '.join(query.columns[name])}")
+    out.append(f"output: {', '.join(f'{f.name} {f.type}' for f in query.output_schema)}")
+    src = cfg.source
+    if src.kind == "files":
+        if not Path(src.path).is_dir():
+            raise ConfigError(f"source.path {src.path!r} is not a directory")
+        out.append(f"source: {src.format} files in {src.path}")
+    else:
+        out.append(_check_kafka(cfg))
+    for name, sink in (("sink", cfg.sink), ("dead_letter", cfg.dead_letter)):
+        if isinstance(sink, ParquetSink):
+            target = Path(sink.path)
+            if not os.access(target if target.exists() else target.resolve().parent, os.W_OK):
+                raise ConfigError(f"{name}.path {sink.path!r} is not writable")
+            out.append(f"{name}: Parquet directory {sink.path}")
+        else:
+            with engine(sink).connect() as conn:
+                t = TableName.parse(sink.table)
+                exists = sa.inspect(conn).has_table(t.name, schema=t.schema)
+            out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
+    ck = Path(cfg.checkpoint)
+    probe = ck if ck.exists() else ck.resolve().parent
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise ConfigError(f"checkpoint {cfg.checkpoint!r} is not writable")
+    out.append(f"checkpoint: {cfg.checkpoint}")
+    return out

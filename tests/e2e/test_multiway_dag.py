@@ -1,0 +1,103 @@
+"""The multi-way DAG under `airflow dags test`: spark-submit runs the job, GX checks it, then publish or quarantine.
+
+Masters and warehouse in a real MariaDB (through the Airflow connection ``ssbj_warehouse``),
+landing files in, Spark local mode; the published rows equal DuckDB's answer to the job's SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+import yaml
+from multiway_pipeline_data import COLUMNS, duckdb_answer, job, load_masters, masters, stream, write_landing
+
+from ssbj.config import load_any_config
+from ssbj.testing.mariadb import DATABASE, PASSWORD, USER, MariaDBServer
+
+pytestmark = pytest.mark.slow  # spark-submit under Airflow: 30-60 s per DAG run
+
+pytest.importorskip("airflow")
+pytest.importorskip("great_expectations")
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TABLES = ("orders_3way", "orders_3way_published", "orders_3way_quarantine", "orders_3way_dead", "ssbj_audit")
+
+
+def _airflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
+def test_multiway_dag_publishes_a_clean_run_and_quarantines_a_bad_one(tmp_path: Path, mariadb: MariaDBServer) -> None:
+    engine = sa.create_engine(mariadb.url)
+    with engine.begin() as conn:
+        for t in TABLES:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {t}"))
+    tables = masters(seed=12, customers=300)
+    load_masters(engine, tables)
+    rows, messages, _ = stream(seed=13, n=2_000, customers=300)
+    write_landing(tmp_path / "landing", messages, files=2)
+    ws = {"connection_id": "ssbj_warehouse"}
+    cfg = job(
+        tmp_path,
+        ws,
+        {"kind": "files", "path": str(tmp_path / "landing"), "format": "jsonl"},
+        {"kind": "database", **ws, "table": "orders_3way"},
+        {"kind": "database", **ws, "table": "orders_3way_dead"},
+        quality={"source_id": "o_id", "ranges": {"o_amount": {"min": 0, "max": 25}}},
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    load_any_config(path)
+    home = tmp_path / "airflow"
+    home.mkdir()
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW_CONN_SSBJ_WAREHOUSE": f"mysql://{USER}:{PASSWORD}@127.0.0.1:{mariadb.port}/{DATABASE}",
+            "AIRFLOW_CONN_SSBJ_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PYSPARK_PYTHON": sys.executable,
+            "SSBJ_PYTHON": sys.executable,
+            "SSBJ_MULTIWAY_JOBS": str(path),
+        }
+    )
+    res = _airflow(env, "db", "migrate")
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    res = _airflow(env, "dags", "test", "ssbj_multiway_enrich", "2026-11-01T01:00:00+00:00")
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-3000:]
+    expected = duckdb_answer(rows, tables)
+    with engine.connect() as conn:
+        published = Counter(
+            tuple(r)
+            for r in conn.execute(sa.text(f"SELECT {', '.join(COLUMNS)} FROM orders_3way_published"))  # noqa: S608
+        )
+        audit = conn.execute(sa.text("SELECT status, rows_failing_checks FROM ssbj_audit")).all()
+    assert sum(published.values()) == sum(expected.values()) > 0
+    assert published == expected
+    assert [tuple(a) for a in audit] == [("published", 0)]
+
+    late = stream(seed=14, n=200, start=90_000, customers=300)[1]
+    (tmp_path / "landing" / "late.jsonl").write_bytes(
+        b"\n".join(m.replace(b'"o_amount": ', b'"o_amount": 1000') for m in late) + b"\n"
+    )
+    res = _airflow(env, "dags", "test", "ssbj_multiway_enrich", "2026-11-01T02:00:00+00:00")
+    out = res.stdout + res.stderr
+    assert "rows quarantined in orders_3way_quarantine" in out, out[-5000:]
+    with engine.connect() as conn:
+        (quarantined,) = conn.execute(sa.text("SELECT COUNT(*) FROM orders_3way_quarantine")).one()
+        statuses = sorted(r[0] for r in conn.execute(sa.text("SELECT status FROM ssbj_audit")))
+    assert quarantined > 0 and statuses == ["published", "quarantined"]
+    engine.dispose()
