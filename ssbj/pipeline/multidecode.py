@@ -33,6 +33,7 @@ from ssbj.pipeline.records import (
     decode_parquet,
 )
 
+
 @dataclass
 class SharedDecoded:
     """Rows of one batch decoded once; per key, the rows that miss it and their dead letters."""
@@ -43,12 +44,13 @@ class SharedDecoded:
     missing_dead: dict[str, pa.Table] = field(default_factory=dict)  # key -> its own dead letters
 
     def for_key(self, key: str) -> Decoded:
-        """What a job joining on ``key`` decodes from the batch (as the single-job decoder would)."""
+        """Return what a job joining on ``key`` decodes from the batch (as the single-job decoder would)."""
         mask = self.missing.get(key)
         rows = self.rows if mask is None or not mask.any() else self.rows.filter(pa.array(~mask))
         extra = self.missing_dead.get(key)
         dead = self.dead if extra is None or not extra.num_rows else pa.concat_tables([self.dead, extra])
         return Decoded(rows, dead)
+
 
 def _json_keys(
     values: Sequence[bytes | None], schema: pa.Schema, keys: Sequence[str]
@@ -93,11 +95,12 @@ def _json_keys(
         rows = rows.take(pa.array(keep, pa.int64()))
     new_pos = {p: n for n, p in enumerate(keep)}
     missing: dict[str, list[int]] = {k: [] for k in keys}
-    for pos, ks in absent.items():
+    for at, ks in absent.items():
         for k in ks:
-            missing[k].append(new_pos[pos])
+            missing[k].append(new_pos[at])
     bad.sort(key=lambda b: b.index)
     return rows, bad, [good_idx[p] for p in keep], missing
+
 
 class _Collect:
     """Rows of several parts, the common dead letters, and per key the missing rows and their dead letters."""
@@ -125,6 +128,7 @@ class _Collect:
             out.missing_dead[k] = self.key_dead[k].table()
         return out
 
+
 def decode_kafka_keys(raw: pa.Table, schema: pa.Schema, keys: Sequence[str]) -> SharedDecoded:
     """Decode Kafka messages (value, topic, partition, offset) once for jobs on ``keys``."""
     values = raw.column("value").to_pylist()
@@ -147,6 +151,7 @@ def decode_kafka_keys(raw: pa.Table, schema: pa.Schema, keys: Sequence[str]) -> 
             pos, at = where(index[p])
             c.key_dead[k].add(f"missing key field {k!r}", pos, values[index[p]], **at)
     return c.result()
+
 
 def decode_files_keys(
     raw: pa.Table, fmt: str, schema: pa.Schema, keys: Sequence[str], delimiter: str = ",", header: bool = True
@@ -186,6 +191,7 @@ def decode_files_keys(
         c.add(rows, missing)
     return c.result()
 
+
 def _csv_file(
     c: _Collect,
     path: str,
@@ -211,6 +217,7 @@ def _csv_file(
             c.key_dead[k].add(f"missing key column {k!r} in the CSV header", f"{path}:{n}", lines[i], file=path, line=n)
     return rows, bad, {k: list(range(rows.num_rows)) for k in absent}
 
+
 def _parquet_file(c: _Collect, path: str, content: bytes, schema: pa.Schema) -> None:
     try:
         names = pq.read_schema(pa.BufferReader(content)).names
@@ -232,8 +239,9 @@ def _parquet_file(c: _Collect, path: str, content: bytes, schema: pa.Schema) -> 
         absent = [k for k in c.keys if k not in names]
         c.add(rows, {k: list(range(rows.num_rows)) for k in absent})
 
+
 def shared_decoder(cfg: JobConfig, keys: Sequence[str]) -> Callable[[pa.Table], SharedDecoded]:
-    """The decoder of the source of ``cfg`` for jobs joining on ``keys`` (all declaring its schema)."""
+    """Return the decoder of the source of ``cfg`` for jobs joining on ``keys`` (all declaring its schema)."""
     schema, src = cfg.stream_schema, cfg.source
     ks = list(dict.fromkeys(keys))
     if src.kind == "files":

@@ -160,7 +160,7 @@ class EpochedSharedJoin:
 
     @staticmethod
     def checkpoint_jobs(path: str | Path, checkpoint_id: int) -> list[list[str]]:
-        """The job names of each live epoch of a committed checkpoint, oldest first."""
+        """Return the job names of each live epoch of a committed checkpoint, oldest first."""
         _, m = DirectoryStore(Path(path) / "epochs").read_manifest(checkpoint_id)
         return [list(row[1]) for row in m["epochs"]]
 
@@ -192,7 +192,7 @@ def _dirname(epoch: int) -> str:
 
 
 def _plain(options: dict[str, Any]) -> dict[str, Any]:
-    """The options a manifest can hold (a cost model object is given again at restore)."""
+    """Return the options a manifest can hold (a cost model object is given again at restore)."""
     return {k: v for k, v in options.items() if v is None or isinstance(v, str | int | float | bool)}
 
 
