@@ -11,12 +11,11 @@ same target. Settings of the one application (Spark, trigger, algorithm) must ag
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink, parse_config
 from ssbj.errors import ConfigError
 from ssbj.shared.operator import MAX_JOBS
@@ -48,14 +47,18 @@ def _target(sink: DatabaseSink | ParquetSink) -> str:
     return f"table:{sink.display()}/{sink.table}"
 
 
-def dump(cfg: JobConfig) -> dict[str, Any]:
-    """Return the job file as data (no secrets: a job file names where they are), for the checkpoint."""
-    return cfg.model_dump(mode="json", by_alias=True)
+def dump(cfg: JobConfig) -> str:
+    """Return the job file as JSON text (no secrets: a job file names where they are), for the checkpoint.
+
+    Text, not a mapping: the checkpoint's manifest sorts mapping keys, and the order of
+    ``schema`` is the order of the output columns.
+    """
+    return cfg.model_dump_json(by_alias=True)
 
 
-def load(data: dict[str, Any], origin: str) -> JobConfig:
-    """Return a job from :func:`dump`'s data."""
-    return parse_config(data, origin)
+def load(text: str, origin: str) -> JobConfig:
+    """Return a job from :func:`dump`'s text."""
+    return parse_config(json.loads(text), origin)
 
 
 @dataclass

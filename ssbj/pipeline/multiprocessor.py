@@ -86,6 +86,7 @@ class MultiProcessor:
         self._streams: dict[str, pa.Schema] = {}
         self._masters: dict[str, SharedMaster] = {}
         self._master_cols: dict[str, list[str] | None] = {}
+        self._schemas: dict[str, pa.Schema] = {}  # each live job's output schema
         self._decoders: dict[str, Callable[[pa.Table], SharedDecoded]] = {}
         self._last_end = time.time()
 
@@ -206,7 +207,7 @@ class MultiProcessor:
         out = []
         for n, c in cfgs.items():
             sid, mid = multiconf.source_id(c), multiconf.master_id(c)
-            several = len({self.known[x].join.stream_key for x in self.jobs.sources.get(sid, [])} | {c.join.stream_key})
+            several = len(set(self.jobs.keys(sid)) | {c.join.stream_key}) if sid in self.jobs.sources else 1
             mcols = c.master.columns or list(self._masters[mid].schema.names)
             out.append(
                 SharedJobSpec(
@@ -252,6 +253,7 @@ class MultiProcessor:
                 sink.prepare(schema)
                 dead.prepare(DEAD_LETTER_SCHEMA)
                 self.sinks[n] = (sink, dead)
+                self._schemas[n] = schema
 
     def reset(self) -> None:
         """Forget the in-memory state: the next call reloads the newest checkpoint (after a failed batch)."""
@@ -371,7 +373,7 @@ class MultiProcessor:
             parts = outs.get(n, [])
             out = pa.concat_tables(parts) if len(parts) > 1 else (parts[0] if parts else None)
             if out is None:
-                out = next(sj.output_schema(n) for _, sj in self.esj.epochs() if n in sj.jobs).empty_table()
+                out = self._schemas[n].empty_table()
             sink.write(cid, 0, out)
             dsink.write(cid, 0, dead.get(n, DEAD_LETTER_SCHEMA.empty_table()))
             self.totals[n].output_rows += out.num_rows
