@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from ssbj.config import DatabaseSink, JobConfig, ParquetSink, parse_config
 from ssbj.errors import ConfigError
 from ssbj.shared.operator import MAX_JOBS
