@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--products", type=int, default=25_000)
     ap.add_argument("--suppliers", type=int, default=10_000)
     ap.add_argument("--jobs", type=int, nargs="+", default=[5, 10])
+    ap.add_argument("--reps", type=int, default=2, help="runs per mode, alternating which goes first")
     ap.add_argument("--out", default="bench/shared")
     args = ap.parse_args(argv)
     scale = es.Scale(args.customers, args.products, args.suppliers, args.tuples, args.batch, args.b)
@@ -251,40 +253,59 @@ def main(argv: list[str] | None = None) -> int:
             sets = []
             for n in args.jobs:
                 specs = JOBS[:n]
-                iso = [job_config(s, f"iso{n}", env) for s in specs]
-                shared = [job_config(s, f"shared{n}", env) for s in specs]
                 if spark is None:
-                    spark = spark_session(iso[0])
+                    spark = spark_session(job_config(specs[0], "warm", env))
                     spark.sparkContext.setLogLevel("ERROR")
-                # shared first: the isolated runs get the warmer JVM and Python workers
-                print(f"{n} jobs: shared ...", file=sys.stderr, flush=True)
-                r_sh = run_shared(shared, spark, work / f"shared{n}" / "app")
-                print(f"{n} jobs: isolated ...", file=sys.stderr, flush=True)
-                r_iso = run_isolated(iso, spark)
+                    # warm-up, not measured: the first run of a session pays Spark's and the workers' start
+                    print("warm-up ...", file=sys.stderr, flush=True)
+                    run_shared([job_config(x, "warm", env) for x in specs], spark, work / "warm" / "app")
+                runs: dict[str, list[dict[str, Any]]] = {"shared": [], "isolated": []}
+                exact_all = {"shared": True, "isolated": True}
+                for rep in range(args.reps):  # alternate the order: shared first, then isolated first
+                    for mode in ("shared", "isolated") if rep % 2 == 0 else ("isolated", "shared"):
+                        cfgs = [job_config(x, f"{mode}{n}-{rep}", env) for x in specs]
+                        print(f"{n} jobs, run {rep}: {mode} ...", file=sys.stderr, flush=True)
+                        if mode == "shared":
+                            r = run_shared(cfgs, spark, work / f"{mode}{n}-{rep}" / "app")
+                        else:
+                            r = run_isolated(cfgs, spark)
+                        runs[mode].append(r)
+                        exact_all[mode] = exact_all[mode] and all(exact(c, streams, masters) for c in cfgs)
                 paths = []
-                for c in shared:
+                for c in (job_config(x, "plan", env) for x in specs):
                     p = work / f"{c.name}.yaml"
                     p.write_text(json.dumps(c.model_dump(mode="json", by_alias=True)))
                     paths.append(str(p))
                 plan, _ = plan_configs(paths, 10_000.0, 1.0, None)
-                tuples = sum(streams[s[1]].num_rows for s in specs)
+                tuples = sum(streams[x[1]].num_rows for x in specs)
+
+                def mean(mode: str, key: str, runs: dict[str, list[dict[str, Any]]] = runs) -> float:
+                    return statistics.fmean(float(r[key]) for r in runs[mode])
+
                 row = {
                     "jobs": n,
                     "stream_tuples_all_jobs": tuples,
-                    "isolated": {**r_iso, "throughput": tuples / r_iso["seconds"]},
-                    "shared": {**r_sh, "throughput": tuples / r_sh["seconds"]},
-                    "throughput_ratio": r_iso["seconds"] / r_sh["seconds"],
-                    "memory_ratio": r_iso["peak_memory_bytes"] / max(r_sh["peak_memory_bytes"], 1),
-                    "master_rows_ratio": r_iso["master_rows_read"] / max(r_sh["master_rows_read"], 1),
-                    "ilp_ms": (plan.solution.build_seconds + plan.solution.solve_seconds) * 1e3,
-                    "exact": {
-                        "isolated": all(exact(c, streams, masters) for c in iso),
-                        "shared": all(exact(c, streams, masters) for c in shared),
+                    "isolated": {
+                        "seconds_mean": mean("isolated", "seconds"),
+                        "throughput": tuples / mean("isolated", "seconds"),
+                        "runs": runs["isolated"],
                     },
+                    "shared": {
+                        "seconds_mean": mean("shared", "seconds"),
+                        "throughput": tuples / mean("shared", "seconds"),
+                        "runs": runs["shared"],
+                    },
+                    "throughput_ratio": mean("isolated", "seconds") / mean("shared", "seconds"),
+                    "memory_ratio": mean("isolated", "peak_memory_bytes") / max(mean("shared", "peak_memory_bytes"), 1),
+                    "master_rows_ratio": mean("isolated", "master_rows_read")
+                    / max(mean("shared", "master_rows_read"), 1),
+                    "ilp_ms": (plan.solution.build_seconds + plan.solution.solve_seconds) * 1e3,
+                    "exact": exact_all,
                 }
                 sets.append(row)
                 print(
-                    f"{n} jobs: isolated {r_iso['seconds']:.1f} s, shared {r_sh['seconds']:.1f} s -> "
+                    f"{n} jobs: isolated {row['isolated']['seconds_mean']:.1f} s, shared "
+                    f"{row['shared']['seconds_mean']:.1f} s (means of {args.reps}) -> "
                     f"{row['throughput_ratio']:.2f}x throughput, memory {row['memory_ratio']:.2f}x less, "
                     f"master rows {row['master_rows_ratio']:.2f}x fewer, ILP {row['ilp_ms']:.1f} ms, "
                     f"exact {row['exact']}",
