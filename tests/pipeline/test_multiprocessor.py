@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from multijob_cases import dead_letters, expected, job_config, land, output, write_masters
+from multijob_cases import dead_letters, expected, job_config, land, output, write_job_file, write_masters
 
+from ssbj.cli import main
 from ssbj.errors import ConfigError
 from ssbj.pipeline import multiconf
 from ssbj.pipeline.multiprocessor import MultiProcessor
@@ -132,3 +133,21 @@ def test_incompatible_jobs_are_refused_with_every_reason(tmp_path: Path) -> None
     assert "different schemas" in text
     assert "trigger differs" in text
     assert "also written by a (sink)" in text
+
+
+def test_cli_needs_a_checkpoint_for_several_files_and_reports_incompatible_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_masters(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "dead").mkdir()
+    land(tmp_path, "orders", 0, 10)
+    land(tmp_path, "clicks", 0, 10)
+    a, c = write_job_file(tmp_path, "a"), write_job_file(tmp_path, "c")
+    assert main(["run", "--config", str(a), str(c)]) == 2
+    assert "give --checkpoint DIR" in capsys.readouterr().err
+    assert main(["validate", str(a), str(c)]) == 0
+    out = capsys.readouterr().out
+    assert "shared scan" in out and "2 jobs: OK" in out
+    assert main(["validate", str(a), str(a)]) == 2
+    assert "two jobs are named 'a'" in capsys.readouterr().err
