@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     doc = {
         "command": "python -m ssbj.bench.exp_shared_pipeline " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "scale": scale.__dict__,
+        "scale": {k: v for k, v in scale.__dict__.items() if k != "master"},  # masters: MariaDB
         "w": args.w,
         "machine": f"{os.cpu_count()} cores, shared with other work (load not controlled)",
         "seconds_total": time.perf_counter() - t_all,
