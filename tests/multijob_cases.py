@@ -99,22 +99,26 @@ def land(root: Path, source: str, f: int, n: int) -> Path:
 
 def expected(root: Path, name: str, files: list[Path]) -> tuple[Counter[tuple[Any, ...]], int]:
     """The job's batch join of the records in ``files`` (decoded here, joined by DuckDB), and its dead letters."""
+    return expected_lines(root, name, [ln for p in files for ln in p.read_text().splitlines()])
+
+
+def expected_lines(root: Path, name: str, lines: list[str]) -> tuple[Counter[tuple[Any, ...]], int]:
+    """The job's batch join of ``lines`` (one record each) with the masters in ``root/m.db``, and its dead letters."""
     src, key, table, mkey, cols, how = JOBS[name]
     schema = ORDERS if src == "orders" else CLICKS
     rows: dict[str, list[Any]] = {c: [] for c in schema}
     dead = 0
-    for p in files:
-        for line in p.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                dead += 1
-                continue
-            if key not in rec:
-                dead += 1
-                continue
-            for c in schema:
-                rows[c].append(rec.get(c))
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            dead += 1
+            continue
+        if key not in rec:
+            dead += 1
+            continue
+        for c in schema:
+            rows[c].append(rec.get(c))
     types = {"int64": pa.int64(), "string": pa.string()}
     stream = pa.table({c: pa.array(v, types[schema[c]]) for c, v in rows.items()})
     with sqlite3.connect(root / "m.db") as con:
