@@ -1,4 +1,4 @@
-"""A shared run over a Kafka topic (Tansu) with master tables in MariaDB: three jobs, then one more added."""
+"""A shared run over a Kafka topic (Tansu) with master tables in MariaDB: two jobs, then a third added."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _cfg(root: Path, name: str, broker: TansuBroker, server: MariaDBServer, topi
     )
 
 
-def test_kafka_topic_and_mariadb_masters_shared_by_three_then_four_jobs(
+def test_kafka_topic_and_mariadb_masters_shared_by_two_then_three_jobs(
     tmp_path: Path,
     spark: Any,
     mariadb: MariaDBServer,
