@@ -24,6 +24,7 @@ from ssbj.pipeline import cq_commands
 from ssbj.pipeline.audit import Warehouse, gate_table_names
 from ssbj.pipeline.factory import MasterSource, validate_job
 from ssbj.pipeline.job import EnrichmentJob
+from ssbj.pipeline.multicommands import cmd_run_multi, cmd_validate_multi
 from ssbj.pipeline.multiway_quality import check_multiway_run, validate_multiway_job
 from ssbj.pipeline.quality import check_run, gate_run, result_path
 from ssbj.pipeline.quickstart import add_command
@@ -36,7 +37,8 @@ def add_commands(sub: Any) -> None:
         help="run a streaming enrichment job from a YAML config (Spark; also under spark-submit)",
         description="Run the job described by --config until its input is exhausted (available-now) or it is stopped.",
     )
-    run.add_argument("--config", required=True, help="job file (YAML)")
+    run.add_argument("--config", required=True, nargs="+", help="job file (YAML); several: one shared application")
+    run.add_argument("--checkpoint", help="with several job files: the application's checkpoint directory")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     run.add_argument("--log-level", default="WARNING", help="level of the JSON log lines on stderr (default WARNING)")
     run.add_argument("--summary", help="write the run summary (JSON) to this file")
@@ -47,7 +49,7 @@ def add_commands(sub: Any) -> None:
         help="check a job file: fields, connections, master table, key and columns",
         description="Validate a job file, connect to its master database, sinks and source, and report.",
     )
-    val.add_argument("config", help="job file (YAML)")
+    val.add_argument("config", nargs="+", help="job file (YAML); several: also whether they can share one application")
     val.set_defaults(handler=lambda a, _extra: cmd_validate(a))
 
     add_command(sub)
@@ -157,7 +159,10 @@ def _setup_logging(level: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``ssbj run --config job.yaml``."""
+    """``ssbj run --config job.yaml`` (several files: :func:`cmd_run_multi`)."""
+    if len(args.config) > 1 or args.checkpoint:
+        return cmd_run_multi(args, _setup_logging)
+    args.config = args.config[0]  # one job file from here on, of any kind
     if is_cq_file(args.config):
         return cq_commands.cmd_run(args, _setup_logging)
     cfg = load_any_config(args.config)
@@ -195,7 +200,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """``ssbj validate job.yaml``."""
+    """``ssbj validate job.yaml`` (several files: :func:`cmd_validate_multi`)."""
+    if len(args.config) > 1:
+        return cmd_validate_multi(args.config)
+    args.config = args.config[0]  # one job file from here on, of any kind
     if is_cq_file(args.config):
         return cq_commands.cmd_validate(args)
     cfg = load_any_config(args.config)

@@ -66,14 +66,15 @@ class CheckResult:
 def build_suite(cfg: JobConfig, columns: list[str], master_not_null: list[str], counts: RunCounts) -> list[Expectation]:
     """Return the expectations for a run with audit ``counts``, on a table with ``columns``."""
     q = cfg.quality
-    out: list[Expectation] = [
-        Expectation(
-            "ExpectColumnValuesToNotBeNull",
-            {"column": cfg.join.stream_key},
-            "an enriched row has a join key (NULL keys never match)",
+    out: list[Expectation] = []
+    if cfg.join.type == "inner":  # a left join keeps NULL-key rows, NULL-padded
+        out.append(
+            Expectation(
+                "ExpectColumnValuesToNotBeNull",
+                {"column": cfg.join.stream_key},
+                "an enriched row has a join key (NULL keys never match)",
+            )
         )
-    ]
-    if cfg.join.type == "inner":
         for c in master_not_null:
             out.append(
                 Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "master column NOT NULL in R, inner join")

@@ -153,7 +153,7 @@ def decode_csv_lines(
     types = {n: schema.field(n).type for n in schema.names if n in cols}
     conv = pcsv.ConvertOptions(
         column_types=types,
-        include_columns=[n for n in schema.names if n in cols],
+        include_columns=list(schema.names),  # a column missing from the file is NULL, as in JSON
         include_missing_columns=True,
         strings_can_be_null=False,
     )

@@ -9,11 +9,19 @@ job's output is the batch join of the stream rows pushed while it was configured
 added at a boundary starts with the next tuple, a removed one still completes the tuples
 it had already taken. Re-optimizing (new rates, new sharing) is the same switch with the
 same job set.
+
+Each epoch is checkpointed in a directory of its own whose name carries a random token:
+an epoch started by an attempt that crashed before its first commit never shares files
+with the epoch a later attempt starts under the same number (perhaps with other jobs).
+Options given to :meth:`EpochedSharedJoin.reconfigure` (w, budget, algorithm) belong to
+their epoch and are restored with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import shutil
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +49,27 @@ class EpochedSharedJoin:
         self.current = SharedJoin(list(jobs), streams, masters, **options)
         self.draining: list[tuple[int, SharedJoin]] = []
         self.finished: dict[str, JobCounts] = {}  # counts of epochs already drained and dropped
+        self._dirs: dict[int, str] = {0: _dirname(0)}
+        self._opts: dict[int, dict[str, Any]] = {0: _plain(options)}
 
     @property
     def jobs(self) -> list[str]:
         """Names of the jobs configured now."""
         return list(self.current.jobs)
 
-    def reconfigure(self, jobs: Iterable[SharedJobSpec]) -> int:
-        """Start a new epoch with ``jobs``; returns its number."""
+    def reconfigure(self, jobs: Iterable[SharedJobSpec], **options: Any) -> int:
+        """Start a new epoch with ``jobs`` (and ``options`` over the constructor's); returns its number."""
         self.draining.append((self.epoch, self.current))
         self.epoch += 1
-        self.current = SharedJoin(list(jobs), self.streams, self.masters, **self.options)
+        self.current = SharedJoin(list(jobs), self.streams, self.masters, **{**self.options, **options})
+        self._dirs[self.epoch] = _dirname(self.epoch)
+        self._opts[self.epoch] = _plain(options)
         self._drop_drained()
         return self.epoch
+
+    def epochs(self) -> list[tuple[int, SharedJoin]]:
+        """Every live epoch, oldest first (the current one last)."""
+        return [*self.draining, (self.epoch, self.current)]
 
     def push(self, stream: str, batch: pa.Table | pa.RecordBatch) -> None:
         """Take rows of ``stream``: they belong to the current epoch."""
@@ -100,37 +116,84 @@ class EpochedSharedJoin:
         return out
 
     # ------------------------------------------------------------------ checkpoint
-    def checkpoint(self, path: str | Path, checkpoint_id: int) -> None:
-        """Save every live epoch under ``checkpoint_id``; the epochs manifest commits the switch."""
+    def checkpoint(
+        self,
+        path: str | Path,
+        checkpoint_id: int,
+        meta: dict[str, Any] | None = None,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
+        """Save every live epoch under ``checkpoint_id``; the epochs manifest (with ``meta``) commits it.
+
+        ``before_commit`` runs between the epochs' files and the manifest (the fault tests).
+        """
         root = Path(path)
-        live = [*self.draining, (self.epoch, self.current)]
+        live = self.epochs()
         for e, sj in live:
-            sj.checkpoint(root / f"epoch-{e}", checkpoint_id)
-        DirectoryStore(root / "epochs").write_manifest(
+            sj.checkpoint(root / self._dirs[e], checkpoint_id)
+        if before_commit is not None:
+            before_commit()
+        store = DirectoryStore(root / "epochs")
+        store.write_manifest(
             checkpoint_id,
             {
                 "files": [],
-                "epochs": [[e, list(sj.jobs)] for e, sj in live],
+                "epochs": [[e, list(sj.jobs), self._dirs[e], self._opts.get(e, {})] for e, sj in live],
                 "finished": {k: v.__dict__ for k, v in self.finished.items()},
+                "meta": meta or {},
             },
         )
+        # epoch directories no retained manifest names: drained epochs, and attempts that never committed
+        used = {row[2] for i in store.manifests() for row in store.read_manifest(i)[1]["epochs"] if len(row) > 2}
+        for d in root.glob("epoch-*"):
+            if d.is_dir() and d.name not in used and d.name not in self._dirs.values():
+                shutil.rmtree(d, ignore_errors=True)
+
+    @staticmethod
+    def checkpoint_meta(path: str | Path, checkpoint_id: int | None = None) -> tuple[int, dict[str, Any]] | None:
+        """(id, meta) of a committed checkpoint (default: the newest), or None when there is none."""
+        store = DirectoryStore(Path(path) / "epochs")
+        if not store.path.exists() or store.latest() is None:
+            return None
+        cid, m = store.read_manifest(checkpoint_id)
+        return cid, dict(m.get("meta", {}))
+
+    @staticmethod
+    def checkpoint_jobs(path: str | Path, checkpoint_id: int) -> list[list[str]]:
+        """Return the job names of each live epoch of a committed checkpoint, oldest first."""
+        _, m = DirectoryStore(Path(path) / "epochs").read_manifest(checkpoint_id)
+        return [list(row[1]) for row in m["epochs"]]
 
     def restore(self, path: str | Path, specs: dict[str, SharedJobSpec], checkpoint_id: int | None = None) -> int:
         """Return to a checkpoint; ``specs`` names every job of its epochs (filters are not serialised)."""
         root = Path(path)
         cid, m = DirectoryStore(root / "epochs").read_manifest(checkpoint_id)
         live = []
-        for e, names in m["epochs"]:
+        self._dirs, self._opts = {}, {}
+        for row in m["epochs"]:
+            e, names = int(row[0]), row[1]
+            dirname = row[2] if len(row) > 2 else f"epoch-{e}"
+            opts = row[3] if len(row) > 3 else {}
             missing = [n for n in names if n not in specs]
             if missing:
                 raise CheckpointError(f"checkpoint {cid} has jobs {missing} that were not given")
-            sj = SharedJoin([specs[n] for n in names], self.streams, self.masters, **self.options)
-            sj.restore(root / f"epoch-{e}", cid)
-            live.append((int(e), sj))
+            sj = SharedJoin([specs[n] for n in names], self.streams, self.masters, **{**self.options, **opts})
+            sj.restore(root / dirname, cid)
+            live.append((e, sj))
+            self._dirs[e], self._opts[e] = dirname, dict(opts)
         self.epoch, self.current = live[-1]
         self.draining = live[:-1]
         self.finished = {k: JobCounts(**v) for k, v in m["finished"].items()}
         return cid
+
+
+def _dirname(epoch: int) -> str:
+    return f"epoch-{epoch}-{uuid.uuid4().hex[:8]}"
+
+
+def _plain(options: dict[str, Any]) -> dict[str, Any]:
+    """Return the options a manifest can hold (a cost model object is given again at restore)."""
+    return {k: v for k, v in options.items() if v is None or isinstance(v, str | int | float | bool)}
 
 
 def _add(into: dict[str, JobCounts], counts: dict[str, JobCounts]) -> None:

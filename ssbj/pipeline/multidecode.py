@@ -1,0 +1,250 @@
+"""Decode one source's raw records once for several jobs that join on different stream keys.
+
+Jobs that read the same source declare the same schema, so a record decodes (or fails
+to) the same way for all of them, except for one rule that depends on the job: a record
+whose *key field is missing* is a dead letter of that job (a JSON ``null`` key is a NULL
+key, which never matches). So the records are decoded once, and each key gets the rows
+that miss it, with their dead letters; :meth:`SharedDecoded.for_key` gives a job exactly
+what :func:`ssbj.pipeline.records.decoder` gives it alone.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from ssbj.config import JobConfig
+from ssbj.pipeline.records import (
+    Decoded,
+    _Bad,
+    _bisect,
+    _DeadLetters,
+    _good_indexes,
+    _normalise_json,
+    _one_line,
+    decode_csv_lines,
+    decode_parquet,
+)
+
+
+@dataclass
+class SharedDecoded:
+    """Rows of one batch decoded once; per key, the rows that miss it and their dead letters."""
+
+    rows: pa.Table
+    dead: pa.Table  # dead letters of every job on the source
+    missing: dict[str, np.ndarray] = field(default_factory=dict)  # key -> mask over rows: key field missing
+    missing_dead: dict[str, pa.Table] = field(default_factory=dict)  # key -> its own dead letters
+
+    def for_key(self, key: str) -> Decoded:
+        """Return what a job joining on ``key`` decodes from the batch (as the single-job decoder would)."""
+        mask = self.missing.get(key)
+        rows = self.rows if mask is None or not mask.any() else self.rows.filter(pa.array(~mask))
+        extra = self.missing_dead.get(key)
+        dead = self.dead if extra is None or not extra.num_rows else pa.concat_tables([self.dead, extra])
+        return Decoded(rows, dead)
+
+
+def _json_keys(
+    values: Sequence[bytes | None], schema: pa.Schema, keys: Sequence[str]
+) -> tuple[pa.Table, list[_Bad], list[int], dict[str, list[int]]]:
+    """Rows, bad records, the record index of each row, and per key the rows whose key field is missing."""
+    lines, pre_bad = _normalise_json(values)
+    opts = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    block = max(1 << 20, 2 * max((len(x) for x in lines), default=0) + 16)
+    ropts = pjson.ReadOptions(block_size=block, use_threads=False)
+
+    def parse(lo: int, hi: int) -> pa.Table:
+        bad_here = [i for i in range(lo, hi) if i in pre_bad]
+        if bad_here:
+            raise ValueError(pre_bad[bad_here[0]])
+        data = b"\n".join(lines[lo:hi]) + b"\n"
+        t = pjson.read_json(io.BytesIO(data), read_options=ropts, parse_options=opts)
+        if t.num_rows != hi - lo:
+            raise ValueError(f"expected one JSON object per record, found {t.num_rows} in {hi - lo}")
+        return t.select(schema.names).cast(schema)
+
+    tables, bad = _bisect(len(lines), parse)
+    good_idx = _good_indexes(len(lines), bad)
+    rows = pa.concat_tables(tables) if tables else schema.empty_table()
+    nulls = np.zeros(rows.num_rows, dtype=bool)
+    for k in keys:
+        nulls |= rows.column(k).is_null().to_numpy(zero_copy_only=False)
+    drop: set[int] = set()
+    absent: dict[int, list[str]] = {}
+    for pos in nulls.nonzero()[0]:
+        i = good_idx[int(pos)]
+        try:
+            obj = json.loads(lines[i])
+        except ValueError:
+            obj = {}
+        if not isinstance(obj, dict):
+            bad.append(_Bad(i, "record is not a JSON object"))
+            drop.add(int(pos))
+        else:
+            absent[int(pos)] = [k for k in keys if k not in obj]
+    keep = [p for p in range(rows.num_rows) if p not in drop]
+    if drop:
+        rows = rows.take(pa.array(keep, pa.int64()))
+    new_pos = {p: n for n, p in enumerate(keep)}
+    missing: dict[str, list[int]] = {k: [] for k in keys}
+    for at, ks in absent.items():
+        for k in ks:
+            missing[k].append(new_pos[at])
+    bad.sort(key=lambda b: b.index)
+    return rows, bad, [good_idx[p] for p in keep], missing
+
+
+class _Collect:
+    """Rows of several parts, the common dead letters, and per key the missing rows and their dead letters."""
+
+    def __init__(self, keys: Sequence[str], schema: pa.Schema) -> None:
+        self.keys = list(keys)
+        self.schema = schema
+        self.parts: list[pa.Table] = []
+        self.masks: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+        self.dead = _DeadLetters()
+        self.key_dead = {k: _DeadLetters() for k in keys}
+
+    def add(self, rows: pa.Table, missing: dict[str, list[int]]) -> None:
+        self.parts.append(rows)
+        for k in self.keys:
+            m = np.zeros(rows.num_rows, dtype=bool)
+            m[missing.get(k, [])] = True
+            self.masks[k].append(m)
+
+    def result(self) -> SharedDecoded:
+        rows = pa.concat_tables(self.parts) if self.parts else self.schema.empty_table()
+        out = SharedDecoded(rows, self.dead.table())
+        for k in self.keys:
+            out.missing[k] = np.concatenate(self.masks[k]) if self.masks[k] else np.zeros(0, dtype=bool)
+            out.missing_dead[k] = self.key_dead[k].table()
+        return out
+
+
+def decode_kafka_keys(raw: pa.Table, schema: pa.Schema, keys: Sequence[str]) -> SharedDecoded:
+    """Decode Kafka messages (value, topic, partition, offset) once for jobs on ``keys``."""
+    values = raw.column("value").to_pylist()
+    rows, bad, index, missing = _json_keys(values, schema, keys)
+    c = _Collect(keys, schema)
+    c.add(rows, missing)
+    topics = raw.column("topic").to_pylist()
+    parts = raw.column("partition").to_pylist()
+    offsets = raw.column("offset").to_pylist()
+
+    def where(i: int) -> tuple[str, dict[str, object]]:
+        t, p, o = topics[i], parts[i], offsets[i]
+        return f"{t}/{p}/{o}", {"topic": t, "partition": p, "offset": o}
+
+    for b in bad:
+        pos, at = where(b.index)
+        c.dead.add(b.reason, pos, values[b.index], **at)
+    for k, positions in missing.items():
+        for p in positions:
+            pos, at = where(index[p])
+            c.key_dead[k].add(f"missing key field {k!r}", pos, values[index[p]], **at)
+    return c.result()
+
+
+def decode_files_keys(
+    raw: pa.Table, fmt: str, schema: pa.Schema, keys: Sequence[str], delimiter: str = ",", header: bool = True
+) -> SharedDecoded:
+    """Decode landed files (path, content) in path order once for jobs on ``keys``."""
+    paths = raw.column("path").to_pylist()
+    contents = raw.column("content").to_pylist()
+    c = _Collect(keys, schema)
+    for i in sorted(range(len(paths)), key=lambda i: paths[i]):
+        path, content = paths[i], contents[i] or b""
+        if fmt == "parquet":
+            _parquet_file(c, path, content, schema)
+            continue
+        lines = content.split(b"\n")
+        numbers = list(range(1, len(lines) + 1))
+        hdr: bytes | None = None
+        if fmt == "csv" and header:
+            while lines and not lines[0].strip():
+                lines, numbers = lines[1:], numbers[1:]
+            if lines:
+                hdr = lines[0].rstrip(b"\r")
+                lines, numbers = lines[1:], numbers[1:]
+        kept = [j for j, ln in enumerate(lines) if ln.strip()]
+        lines = [lines[j].rstrip(b"\r") for j in kept]
+        numbers = [numbers[j] for j in kept]
+        if fmt == "jsonl":
+            rows, bad, index, missing = _json_keys(lines, schema, keys)
+            for k, positions in missing.items():
+                for p in positions:
+                    n = numbers[index[p]]
+                    c.key_dead[k].add(f"missing key field {k!r}", f"{path}:{n}", lines[index[p]], file=path, line=n)
+        else:
+            rows, bad, missing = _csv_file(c, path, lines, numbers, hdr, schema, delimiter)
+        for b in bad:
+            n = numbers[b.index]
+            c.dead.add(b.reason, f"{path}:{n}", lines[b.index], file=path, line=n)
+        c.add(rows, missing)
+    return c.result()
+
+
+def _csv_file(
+    c: _Collect,
+    path: str,
+    lines: list[bytes],
+    numbers: list[int],
+    hdr: bytes | None,
+    schema: pa.Schema,
+    delimiter: str,
+) -> tuple[pa.Table, list[_Bad], dict[str, list[int]]]:
+    cols = None if hdr is None else [x.strip() for x in hdr.decode("utf-8", "replace").split(delimiter)]
+    present = [k for k in c.keys if cols is None or k in cols]
+    absent = [k for k in c.keys if k not in present]
+    if not present:  # no job's key is in the header: every line is a dead letter of every job
+        for k in absent:
+            for ln, n in zip(lines, numbers, strict=True):
+                c.key_dead[k].add(f"missing key column {k!r} in the CSV header", f"{path}:{n}", ln, file=path, line=n)
+        return schema.empty_table(), [], {}
+    rows, bad = decode_csv_lines(lines, hdr, schema, present[0], delimiter)
+    good = _good_indexes(len(lines), bad)
+    for k in absent:
+        for i in good:
+            n = numbers[i]
+            c.key_dead[k].add(f"missing key column {k!r} in the CSV header", f"{path}:{n}", lines[i], file=path, line=n)
+    return rows, bad, {k: list(range(rows.num_rows)) for k in absent}
+
+
+def _parquet_file(c: _Collect, path: str, content: bytes, schema: pa.Schema) -> None:
+    try:
+        names = pq.read_schema(pa.BufferReader(content)).names
+        present = [k for k in c.keys if k in names]
+        rows: pa.Table | None = None
+        bad: list[_Bad] = []
+        if present:
+            rows, bad, _ = decode_parquet(content, schema, present[0])
+    except (pa.ArrowInvalid, ValueError, OSError) as exc:
+        c.dead.add(f"unreadable Parquet file: {_one_line(exc)}", path, None, file=path)
+        return
+    for k in c.keys:
+        if k not in names:
+            why = f"missing key column {k!r} in the Parquet file (columns: {', '.join(names)})"
+            c.key_dead[k].add(f"unreadable Parquet file: {why}", path, None, file=path)
+    for b in bad:
+        c.dead.add(b.reason, f"{path}:row {b.index + 1}", None, file=path, line=b.index + 1)
+    if rows is not None:
+        absent = [k for k in c.keys if k not in names]
+        c.add(rows, {k: list(range(rows.num_rows)) for k in absent})
+
+
+def shared_decoder(cfg: JobConfig, keys: Sequence[str]) -> Callable[[pa.Table], SharedDecoded]:
+    """Return the decoder of the source of ``cfg`` for jobs joining on ``keys`` (all declaring its schema)."""
+    schema, src = cfg.stream_schema, cfg.source
+    ks = list(dict.fromkeys(keys))
+    if src.kind == "files":
+        fmt, delim, header = src.format, src.csv_delimiter, src.csv_header
+        return lambda raw: decode_files_keys(raw, fmt, schema, ks, delim, header)
+    return lambda raw: decode_kafka_keys(raw, schema, ks)

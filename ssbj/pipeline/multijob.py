@@ -1,0 +1,210 @@
+"""Several enrichment jobs in one Spark application: one streaming query per distinct source.
+
+Each source (topic or landing directory) is one Structured Streaming query with its own
+Spark checkpoint (``<checkpoint>/spark/<source>``), so adding a job on a new source adds
+a query without touching the others' offsets. Their ``foreachBatch`` calls hand the raw
+records to one :class:`~ssbj.pipeline.multiprocessor.MultiProcessor` (serialised by its
+lock; Spark reads the next batch of another source meanwhile), which decodes each batch
+once, runs the shared operator for every job and writes each job's own sink, dead letters
+and counts. ``available-now`` runs drain every waiting tuple once all queries have ended.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ssbj.config import DatabaseSink, JobConfig
+from ssbj.contracts import RunCounts
+from ssbj.errors import ServiceError, TerminalError, TransientError
+from ssbj.logs import fields
+from ssbj.pipeline import multiconf
+from ssbj.pipeline.audit import Warehouse
+from ssbj.pipeline.job import source_frame, spark_session
+from ssbj.pipeline.multiprocessor import MultiProcessor
+from ssbj.retry import RetryPolicy
+
+log = logging.getLogger("ssbj.job")
+
+
+@dataclass
+class MultiRunSummary:
+    """What a shared run did, per job."""
+
+    calls: int
+    drained: bool
+    counts: dict[str, RunCounts]
+    restarts: int
+    switched: bool
+
+
+class MultiJob:
+    """Jobs of one application (:func:`ssbj.pipeline.multiconf.check`), run on shared scans."""
+
+    def __init__(
+        self,
+        cfgs: list[JobConfig],
+        checkpoint: str | Path,
+        spark: Any | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        max_restarts: int = 10,
+        restart_backoff: float = 2.0,
+        run_id: str | None = None,
+    ) -> None:
+        self.jobs = multiconf.check(cfgs)
+        self.root = Path(checkpoint)
+        self.spark = spark
+        self.on_progress = on_progress
+        self.max_restarts = max_restarts
+        self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
+        self.run_id = run_id
+        self.processor = MultiProcessor(self.jobs, self.root)
+        self.stop_event = threading.Event()
+        self._error: BaseException | None = None
+        self._calls = 0
+        self._last_call = time.monotonic()
+        self.queries: list[Any] = []
+
+    def _foreach(self, sid: str) -> Callable[[Any, int], None]:
+        def handle(df: Any, batch_id: int) -> None:
+            try:
+                raw = df.toArrow()  # outside the lock: another source's batch may be joining meanwhile
+                progress = self.processor.process(sid, int(batch_id), lambda: raw)
+                self._calls += 1
+                self._last_call = time.monotonic()
+                if progress is not None:
+                    self._publish(progress)
+            except BaseException as exc:
+                self._error = exc
+                raise
+
+        return handle
+
+    def _publish(self, progress: dict[str, Any]) -> None:
+        path = self.root / "last_progress.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(progress, default=float, indent=1))
+        os.replace(tmp, path)
+        if self.on_progress:
+            self.on_progress(progress)
+
+    def _start(self) -> list[Any]:
+        assert self.spark is not None  # noqa: S101
+        trig = self.jobs.first.trigger
+        out = []
+        for sid, names in self.jobs.sources.items():
+            cfg = self.jobs.jobs[names[0]]
+            writer = (
+                source_frame(self.spark, cfg)
+                .writeStream.foreachBatch(self._foreach(sid))
+                .option("checkpointLocation", str(self.root / "spark" / multiconf.source_dir(sid)))
+                .queryName(f"ssbj-shared-{multiconf.source_dir(sid)}")
+            )
+            if trig.mode == "available-now":
+                writer = writer.trigger(availableNow=True)
+            else:
+                writer = writer.trigger(processingTime=trig.interval)
+            out.append(writer.start())
+        return out
+
+    def run(self) -> MultiRunSummary:
+        """Run until every source is exhausted (available-now) or :meth:`stop` is called."""
+        if self.spark is None:
+            self.spark = spark_session(self.jobs.first)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.processor.open()
+        t_start = time.monotonic()
+        before = self.processor.counts()
+        warehouses = self._begin_audit()
+        restarts = 0
+        while True:
+            self._error = None
+            self.queries = []
+            try:
+                self.queries = self._start()
+                self._wait()
+                failed = [q.exception() for q in self.queries if q.exception() is not None]
+                if self._error is None and not failed:
+                    break
+                raise ServiceError(f"a Spark query failed: {failed[0] if failed else self._error}")
+            except Exception as exc:
+                cause = self._error or exc
+                if not isinstance(cause, TransientError) or restarts >= self.max_restarts:
+                    self._stop_queries()
+                    if isinstance(cause, TerminalError | TransientError):
+                        raise cause from None
+                    raise
+                restarts += 1
+                delay = self.restart_policy.delay(restarts)
+                log.warning(
+                    "query failed (%s); restart %d in %.1f s",
+                    cause,
+                    restarts,
+                    delay,
+                    extra=fields(event="restart", attempt=restarts, in_seconds=delay, error=str(cause)),
+                )
+                self._stop_queries()
+                if self.stop_event.wait(delay):
+                    break
+                self.processor.reset()
+        drained = False
+        if self.jobs.first.trigger.mode == "available-now" and not self.stop_event.is_set():
+            p = self.processor.drain()
+            drained = True
+            if p is not None:
+                self._publish(p)
+        after = self.processor.counts()
+        self._finish_audit(warehouses, before, after, time.monotonic() - t_start)
+        return MultiRunSummary(self._calls, drained, after, restarts, self.processor.switched)
+
+    def _begin_audit(self) -> dict[str, Warehouse]:
+        out: dict[str, Warehouse] = {}
+        if self.run_id is None:
+            return out
+        for n, cfg in self.jobs.jobs.items():
+            if isinstance(cfg.sink, DatabaseSink):
+                wh = Warehouse(cfg)
+                wh.begin_run(self.run_id, self.processor.position())
+                out[n] = wh
+            else:
+                log.warning("job %s writes Parquet: no audit row (the audit table lives in a sink database)", n)
+        return out
+
+    def _finish_audit(
+        self, warehouses: dict[str, Warehouse], before: dict[str, RunCounts], after: dict[str, RunCounts], secs: float
+    ) -> None:
+        assert self.run_id is not None or not warehouses  # noqa: S101
+        for n, wh in warehouses.items():
+            delta = after[n].minus(before.get(n, RunCounts()))
+            wh.finish_run(str(self.run_id), self.processor.position(), delta, secs)
+
+    def _wait(self) -> None:
+        idle = self.jobs.first.trigger.idle_drain_seconds
+        processing = self.jobs.first.trigger.mode == "processing-time"
+        while not self.stop_event.is_set():
+            if self._error is not None or any(q.exception() is not None for q in self.queries if not q.isActive):
+                return
+            if all(q.awaitTermination(0.5 / len(self.queries)) for q in self.queries):
+                return
+            if processing and idle > 0 and time.monotonic() - self._last_call > idle:
+                p = self.processor.drain()
+                self._last_call = time.monotonic()
+                if p is not None:
+                    self._publish(p)
+        self._stop_queries()
+
+    def _stop_queries(self) -> None:
+        for q in self.queries:
+            if q.isActive:
+                q.stop()
+
+    def stop(self) -> None:
+        """Ask the run to stop after the running batches (safe from a signal handler)."""
+        self.stop_event.set()

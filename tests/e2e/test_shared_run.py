@@ -1,0 +1,71 @@
+"""``ssbj run --config a.yaml b.yaml ...`` on Spark: jobs switched mid-stream, SIGKILL during the switch, exact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from multijob_cases import dead_letters, expected, land, output, write_job_file, write_masters
+
+pytestmark = pytest.mark.slow  # four ssbj run subprocesses: 15-60 s each
+
+SSBJ = [sys.executable, "-m", "ssbj.cli"]
+
+
+def _ssbj(*args: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env.pop("SSBJ_CRASH_AT", None)
+    if crash:
+        env["SSBJ_CRASH_AT"] = crash
+    return subprocess.run([*SSBJ, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def _run(root: Path, names: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+    files = [str(root / f"{n}.yaml") for n in names]
+    return _ssbj("run", "--config", *files, "--checkpoint", str(root / "app"), "--quiet", crash=crash)
+
+
+def _check(root: Path, name: str, files: list[Path]) -> None:
+    want, dead = expected(root, name, files)
+    got = output(root, name)
+    assert sum(got.values()) == sum(want.values()), name
+    assert got == want, name
+    assert dead_letters(root, name) == dead, name
+
+
+def test_switch_with_sigkill_during_it_is_exact(tmp_path: Path) -> None:
+    write_masters(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "dead").mkdir()
+    for n in "abcd":
+        write_job_file(tmp_path, n)
+    orders = [land(tmp_path, "orders", f, 150) for f in range(4)]
+    clicks = [land(tmp_path, "clicks", f, 100) for f in range(2)]
+    res = _ssbj("validate", *(str(tmp_path / f"{n}.yaml") for n in "adc"))
+    assert res.returncode == 0, res.stderr
+    assert "decoded once for a, d" in res.stdout and "shared scan" in res.stdout
+
+    # a and b; the process dies after the sinks of checkpoint 3 (file 3): b still has waiting tuples
+    res = _run(tmp_path, "ab", crash="after-sink:3")
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    # switch to a, d, c (b removed; d added; c on a second source): killed inside the switch's first checkpoint
+    res = _run(tmp_path, "adc", crash="in-checkpoint:3")
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    orders += [land(tmp_path, "orders", f, 150) for f in range(4, 6)]
+    clicks.append(land(tmp_path, "clicks", 2, 100))
+    res = _run(tmp_path, "adc")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "0 waiting" in res.stdout
+    _check(tmp_path, "a", orders)
+    _check(tmp_path, "b", orders[:3])  # file 3 died with the old jobs: the new epoch took it
+    _check(tmp_path, "d", orders[3:])
+    _check(tmp_path, "c", clicks)
+    # nothing new: a run changes nothing
+    res = _run(tmp_path, "adc")
+    assert res.returncode == 0, res.stderr[-3000:]
+    for n, files in (("a", orders), ("b", orders[:3]), ("d", orders[3:]), ("c", clicks)):
+        _check(tmp_path, n, files)
