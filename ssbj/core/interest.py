@@ -77,6 +77,11 @@ class Interest:
             interest_add(self.bits, np.asarray(k, dtype=np.int64))
         self.added = n
 
+    def load(self, bits: np.ndarray, planned: int, added: int) -> None:
+        """Restore the filter exactly as saved (its size drives the budget, ``added`` the next rebuild)."""
+        self.bits = np.asarray(bits, dtype=np.uint64).copy()
+        self.planned, self.added = planned, added
+
     def add(self, keys: np.ndarray) -> None:
         """Set the bits of new values (the filter fills up until the next rebuild)."""
         interest_add(self.bits, np.asarray(keys, dtype=np.int64))

@@ -380,7 +380,6 @@ class SemiStreamJoin:
         """Return an operator in exactly the state saved by :meth:`checkpoint`."""
         op = cls(spec, master, stream_schema, master_schema, cost_model)
         persist.load(op, store, checkpoint_id)
-        op.rebuild_interest()
         return op
 
     # ------------------------------------------------------------------ reporting

@@ -88,6 +88,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "em_pay": em_p,
             "st_keys": st_k,
             "st_pay": st_p,
+            "interest_bits": op.interest.bits,
         },
     )
     files.append(state_name)
@@ -114,6 +115,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "em_cap": op.cache.empties.cap,
         "st_cap": op.stats.table.cap,
         "st_max": op.stats.max_values,
+        "interest": [op.interest.planned, op.interest.added],
         "sb": sb,
         "sb_seq": op._sb_seq,
         "buffer": buf_name,
@@ -172,6 +174,10 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     if len(_row_keys(op.cache.index.keys, op.cache.index.used, op.cache.index.payload, op.cache.rows)) != op.cache.rows:
         raise CheckpointError("H_R rows and index of the checkpoint disagree")
     op.stats.load(arrays["st_keys"], arrays["st_pay"], m["st_cap"], m["st_max"])
+    if "interest_bits" in arrays:  # the filter as saved: its size enters the budget of the next steps
+        op.interest.load(arrays["interest_bits"], *m["interest"])
+    else:  # older checkpoints
+        op.rebuild_interest()
     for name in m["sb"]:
         t = store.read_table(name)
         sid = int(name.split("-")[1].split(".")[0])

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
 
@@ -84,8 +84,27 @@ def test_equals_batch_join(sc: dict[str, Any]) -> None:
     _check_counts(op)
 
 
+# Found by hypothesis: the disk phase's interest filter was rebuilt at another size on restore,
+# so at a tiny budget the restored run planned other chunk sizes than the uninterrupted one.
+_TINY = {
+    "master_keys": [None],
+    "stream_keys": [0, 0, 0],
+    "b": 1,
+    "chunk_bytes": 1,
+    "batch": 1,
+    "algorithm": "meshjoin",
+    "switch_factor": 0.5,
+    "eviction_interval": 1,
+    "strings": False,
+    "cut": 0,
+    "memory_budget": 1077,
+}
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
+@example(sc=_TINY)
+@example(sc={**_TINY, "cut": 1, "strings": True})
 def test_exact_across_save_restore(sc: dict[str, Any], tmp_path_factory: Any) -> None:
     stream, master = _tables(sc)
     spec = _spec(sc)
