@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from ssbj.logs import fields
 from ssbj.pipeline.cq_processor import CqProcessor, CqTotals
 from ssbj.pipeline.cq_records import DecodedChanges, decode_batch, snapshot_changes
 from ssbj.pipeline.factory import build_sink
+from ssbj.pipeline.job import spark_session
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.cq.job")
@@ -49,21 +49,6 @@ class CqRunSummary:
     totals: CqTotals
     last_progress: dict[str, Any]
     restarts: int
-
-
-def spark_session(cfg: CqJobConfig) -> Any:
-    """Get or create the Spark session; under spark-submit its master wins over the config."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(cfg.name)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
-        builder = builder.master(cfg.spark.master)
-    builder = builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    for k, v in cfg.spark.conf.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()
 
 
 def _file_frame(spark: Any, relation: str, src: FileChanges) -> Any:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ssbj.config import AnyJobConfig, MultiWayJobConfig
+from ssbj.config_cq import CqJobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.credentials import kafka_bootstrap, kafka_client_options
@@ -44,7 +45,7 @@ class RunSummary:
     restarts: int
 
 
-def spark_session(cfg: AnyJobConfig) -> Any:
+def spark_session(cfg: AnyJobConfig | CqJobConfig) -> Any:
     """Get or create the Spark session; under spark-submit its master wins over the config."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
