@@ -28,12 +28,12 @@ from ssbj.config_cq import CqJobConfig, FileChanges
 from ssbj.contracts import TableName
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
-from ssbj.errors import ConfigError, DependencyError, ServiceError, StateError, TerminalError, TransientError
-from ssbj.logs import fields
+from ssbj.errors import ConfigError, DependencyError, ServiceError, StateError, TransientError
 from ssbj.pipeline.cq_processor import CqProcessor, CqTotals
 from ssbj.pipeline.cq_records import DecodedChanges, decode_batch, snapshot_changes
 from ssbj.pipeline.factory import build_sink
 from ssbj.pipeline.job import spark_session
+from ssbj.pipeline.restarts import restart_delay
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.cq.job")
@@ -250,19 +250,8 @@ class CqJob:
                 raise ServiceError(f"the Spark query failed: {self.query.exception()}")
             except Exception as exc:
                 cause = self._error or exc
-                if not isinstance(cause, TransientError) or restarts >= self.max_restarts:
-                    if isinstance(cause, TerminalError | TransientError):
-                        raise cause from None
-                    raise
+                delay = restart_delay(cause, exc, restarts, self.max_restarts, self.restart_policy, log)
                 restarts += 1
-                delay = self.restart_policy.delay(restarts)
-                log.warning(
-                    "query failed (%s); restart %d in %.1f s",
-                    cause,
-                    restarts,
-                    delay,
-                    extra=fields(event="restart", attempt=restarts, in_seconds=delay, error=str(cause)),
-                )
                 self._stop_query()
                 if self.stop_event.wait(delay):
                     break

@@ -18,14 +18,14 @@ from ssbj.config_cq import CqJobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.credentials import kafka_bootstrap, kafka_client_options
-from ssbj.errors import ConfigError, ServiceError, TerminalError, TransientError
-from ssbj.logs import fields
+from ssbj.errors import ConfigError, ServiceError
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.multiway_job import MultiWayProcessor, build_multiway_processor
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import decoder
+from ssbj.pipeline.restarts import restart_delay
 from ssbj.pipeline.shardedrun import ShardedRun
 from ssbj.retry import RetryPolicy
 
@@ -198,19 +198,8 @@ class EnrichmentJob:
                 raise ServiceError(f"the Spark query failed: {self.query.exception()}")
             except Exception as exc:
                 cause = self._error or exc
-                if not isinstance(cause, TransientError) or restarts >= self.max_restarts:
-                    if isinstance(cause, TerminalError | TransientError):
-                        raise cause from None
-                    raise
+                delay = restart_delay(cause, exc, restarts, self.max_restarts, self.restart_policy, log)
                 restarts += 1
-                delay = self.restart_policy.delay(restarts)
-                log.warning(
-                    "query failed (%s); restart %d in %.1f s",
-                    cause,
-                    restarts,
-                    delay,
-                    extra=fields(event="restart", attempt=restarts, in_seconds=delay, error=str(cause)),
-                )
                 self._stop_query()
                 if self.stop_event.wait(delay):
                     break

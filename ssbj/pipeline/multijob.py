@@ -23,12 +23,12 @@ from typing import Any
 
 from ssbj.config import DatabaseSink, JobConfig
 from ssbj.contracts import RunCounts
-from ssbj.errors import ServiceError, TerminalError, TransientError
-from ssbj.logs import fields
+from ssbj.errors import ServiceError
 from ssbj.pipeline import multiconf
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.job import source_frame, spark_session
 from ssbj.pipeline.multiprocessor import MultiProcessor
+from ssbj.pipeline.restarts import restart_delay
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.job")
@@ -136,21 +136,9 @@ class MultiJob:
                 raise ServiceError(f"a Spark query failed: {failed[0] if failed else self._error}")
             except Exception as exc:
                 cause = self._error or exc
-                if not isinstance(cause, TransientError) or restarts >= self.max_restarts:
-                    self._stop_queries()
-                    if isinstance(cause, TerminalError | TransientError):
-                        raise cause from None
-                    raise
+                self._stop_queries()  # whether it restarts or not
+                delay = restart_delay(cause, exc, restarts, self.max_restarts, self.restart_policy, log)
                 restarts += 1
-                delay = self.restart_policy.delay(restarts)
-                log.warning(
-                    "query failed (%s); restart %d in %.1f s",
-                    cause,
-                    restarts,
-                    delay,
-                    extra=fields(event="restart", attempt=restarts, in_seconds=delay, error=str(cause)),
-                )
-                self._stop_queries()
                 if self.stop_event.wait(delay):
                     break
                 self.processor.reset()
