@@ -39,6 +39,7 @@ from ssbj.errors import CheckpointError
 from ssbj.logs import fields
 from ssbj.pipeline import faults
 from ssbj.pipeline.cq_records import DecodedChanges
+from ssbj.pipeline.replay import rollback_before
 
 log = logging.getLogger("ssbj.cq")
 
@@ -167,18 +168,7 @@ class CqProcessor:
         self.base, self.log = base, log
 
     def _rollback_before(self, batch_id: int) -> None:
-        older = [i for i in self.store.manifests() if i < batch_id]
-        if older:
-            self._restore(older[-1])
-        else:
-            self._fresh()
-        restored = older[-1] if older else None
-        log.info(
-            "batch %d is a replay: restored checkpoint %s",
-            batch_id,
-            restored,
-            extra=fields(event="replay", batch_id=batch_id, restored=restored),
-        )
+        rollback_before(self.store, batch_id, self._restore, self._fresh, log)
 
     def reset(self) -> None:
         """Forget the in-memory state: the next batch reloads the newest checkpoint (after a failed batch)."""

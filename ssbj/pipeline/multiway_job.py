@@ -43,6 +43,7 @@ from ssbj.pipeline import faults
 from ssbj.pipeline.factory import build_sink
 from ssbj.pipeline.multiway_masters import JobQuery, MasterPlan
 from ssbj.pipeline.records import Decoded
+from ssbj.pipeline.replay import rollback_before
 
 log = logging.getLogger("ssbj.progress")
 
@@ -152,18 +153,7 @@ class MultiWayProcessor:
         self.totals = MultiWayTotals(**meta["totals"])
 
     def _rollback_before(self, batch_id: int) -> None:
-        older = [i for i in self.store.manifests() if i < batch_id]
-        if older:
-            self._restore(older[-1])
-        else:
-            self._fresh()
-        restored = older[-1] if older else None
-        log.info(
-            "batch %d is a replay: restored checkpoint %s",
-            batch_id,
-            restored,
-            extra=fields(event="replay", batch_id=batch_id, restored=restored),
-        )
+        rollback_before(self.store, batch_id, self._restore, self._fresh, log)
 
     def _checkpoint(self, batch_id: int, segment: int) -> None:
         assert self.op is not None and self.plan is not None  # noqa: S101

@@ -34,6 +34,7 @@ from ssbj.logs import fields
 from ssbj.pipeline import faults
 from ssbj.pipeline.observe import ObservedScan, StepObserver
 from ssbj.pipeline.records import Decoded
+from ssbj.pipeline.replay import rollback_before
 from ssbj.planning import JoinSettings, estimate_row_bytes, join_spec, plan_join
 
 log = logging.getLogger("ssbj.progress")
@@ -159,18 +160,7 @@ class EnrichmentProcessor:
         self.totals = Totals(**t)
 
     def _rollback_before(self, batch_id: int) -> None:
-        older = [i for i in self.store.manifests() if i < batch_id]
-        if older:
-            self._restore(older[-1])
-        else:
-            self._fresh()
-        restored = older[-1] if older else None
-        log.info(
-            "batch %d is a replay: restored checkpoint %s",
-            batch_id,
-            restored,
-            extra=fields(event="replay", batch_id=batch_id, restored=restored),
-        )
+        rollback_before(self.store, batch_id, self._restore, self._fresh, log)
 
     def _checkpoint(self, batch_id: int, segment: int) -> None:
         assert self.op is not None and self.master is not None  # noqa: S101
