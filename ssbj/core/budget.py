@@ -3,7 +3,8 @@
 With ``memory_budget`` set, at every R-cycle start (and once the first partition has
 been read, so the disk buffer is measured) H_S gets what the other structures leave:
 
-    avail = budget - disk buffer - prefetch reserve - H_R - s_B reserve - value statistics - Q - temporaries
+    avail = budget - disk buffer - prefetch reserve - H_R - s_B reserve - value statistics
+            - R-filter - Q - temporaries
 
 and the ring of H_S is re-laid out to hold ``(k + 1)`` chunks of ``w`` tuples (k chunks
 wait, one more enters before the oldest expires), each tuple costing its row bytes,
@@ -56,7 +57,8 @@ def fixed_bytes(op: SemiStreamJoin) -> int:
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     sb = max(op._sb_bytes, op._sb_peak)
     queue = (op._k + 2) * QUEUE_RECORD
-    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + queue + op._transient_peak
+    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + op.rfilter.nbytes + queue
+    held += op._transient_peak
     return int(disk + prefetch_reserve(op) + held)
 
 

@@ -23,6 +23,7 @@ from numba import njit
 
 from ssbj.core.hashing import KeyedTable, capacity_for, kset_delete, kset_find, kset_slot
 from ssbj.core.keys import encode_keys
+from ssbj.core.rfilter import rf_test
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -53,12 +54,20 @@ def cache_probe(
     max_misses: int,
     max_tuples: int,
     use_cache: bool,
-) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
+    rf_bits: np.ndarray,
+    rf_mode: int,
+    rf_base: int,
+    rf_nbits: int,
+    rf_oor: bool,
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:  # pragma: no cover
     """Cache phase over ``keys[start:]``: H_R hits, empty hits, NULLs and misses.
 
     Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
     or ``max_misses`` tuples. Returns (consumed, hit_slot, miss_idx, null_idx, empty_idx,
-    miss bytes used); ``hit_slot`` has one entry per consumed tuple (-1 if not a hit).
+    miss bytes used, tuples the R-filter answered); ``hit_slot`` has one entry per
+    consumed tuple (-1 if not a hit). ``empty_idx`` holds the tuples known to have no
+    master rows: from an empty entry or from the R-filter (``rf_mode`` > 0, see
+    :mod:`ssbj.core.rfilter`).
     """
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
@@ -69,6 +78,7 @@ def cache_probe(
     nm = 0
     nn = 0
     ne = 0
+    nf = 0
     i = start
     while i < limit:
         if not valid[i]:
@@ -82,6 +92,12 @@ def cache_probe(
                 hit[i - start] = j
                 if hpay[j, HR_F] < F_MAX_ROWS:
                     hpay[j, HR_F] += 1
+                i += 1
+                continue
+            if rf_mode > 0 and not rf_test(rf_bits, rf_mode, rf_base, rf_nbits, rf_oor, keys[i]):
+                emp[ne] = i
+                ne += 1
+                nf += 1
                 i += 1
                 continue
             j = kset_find(ek, eused, keys[i])
@@ -100,7 +116,7 @@ def cache_probe(
         i += 1
         if miss_used >= miss_budget:
             break
-    return i - start, hit[: i - start], miss[:nm], nul[:nn], emp[:ne], miss_used
+    return i - start, hit[: i - start], miss[:nm], nul[:nn], emp[:ne], miss_used, nf
 
 
 @njit(cache=True, nogil=True)

@@ -53,6 +53,7 @@ from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verifi
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
 from ssbj.core.prefetch import prefetched_nbytes, read_seconds
+from ssbj.core.rfilter import RFilter
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
 from ssbj.core.stats import ValueStats
@@ -122,6 +123,10 @@ class SemiStreamJoin:
         self.cache.set_partitions(self._k)
         self.stats = ValueStats()
         self.interest = Interest()  # values the disk phase looks up beyond H_S
+        self.rfilter = RFilter()  # values R has (tuples of other values finish at once)
+        self._scan = np.zeros(3, dtype=np.int64)  # this R-cycle's scan: rows, least and largest key
+        self._scan_last = np.zeros(3, dtype=np.int64)  # the same for the last complete R-cycle
+        self._rf_mark = (0, 0)  # value-less tuples counted up to this R-cycle's start
         self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
         self._sb_seq = 0
         self._sb_bytes = 0
@@ -281,6 +286,9 @@ class SemiStreamJoin:
         for old in [c for c in self._cycle_start if c < self._rc - 2]:
             del self._cycle_start[old]
         if self._use_cache:
+            self._scan_last, self._scan = self._scan, np.zeros(3, dtype=np.int64)
+            self.rfilter.new_cycle(self._rc)
+            SW.plan_filter(self)
             if self._rc > 1:
                 self.stats.gc(self._rc)
             evicted = np.zeros(0, np.int64)
@@ -397,6 +405,7 @@ class SemiStreamJoin:
             entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
             transient=self._transient,
             prefetch=prefetched_nbytes(self.master),
+            r_filter=self.rfilter.nbytes,
         )
 
     def _metrics(

@@ -149,7 +149,7 @@ def test_accounted_bytes_equal_live_arrays(algorithm: str, prefetch: int) -> Non
     for r in op.run(stream.to_batches(max_chunksize=4_000)):
         mem = _settled(op).memory() if prefetch else r.metrics.memory
         # the disk buffer and the step's temporaries are gone once the step returns
-        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table + mem.prefetch
+        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table + mem.prefetch + mem.r_filter
         live = live_bytes(op)
         assert live == pytest.approx(held, rel=0.01, abs=256), (r.metrics.step, mem.to_dict(), live)
         checked += 1
