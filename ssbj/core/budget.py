@@ -153,3 +153,45 @@ def empties_room(op: SemiStreamJoin, n: int) -> int:
 def stats_entry_bytes() -> float:
     """Bytes one candidate costs in the statistics table at the target load."""
     return KeyedTable.bytes_for(1, ST_FIELDS, 4) / 0.6
+
+
+def breakdown(op: SemiStreamJoin) -> dict[str, float]:
+    """Where every byte of the budget goes now, structure by structure (bytes).
+
+    H_S is split into the live tuples' row bytes, their encoded keys (only where the key
+    column is not stored in the ring) and links, the value index, and ring capacity not
+    holding a live tuple; H_R into rows, partition tags, index and empty entries. ``slack``
+    is the part of the budget nothing holds. The sum of all but ``slack`` (and the
+    ``waiting_tuples`` and ``budget`` entries) is :meth:`MemoryReport.total`.
+    """
+    hs, cache = op.hs, op.cache
+    live = hs.live
+    hs_total = hs.nbytes()
+    index = int(hs.hix.nbytes + hs.htag.nbytes)
+    keys_links = live * (op._key_overhead + 4)  # beyond the row's own key bytes: link, key copy
+    rows = hs.row_bytes  # the live tuples' raw projected rows (v_S each)
+    mem = op.memory()
+    out = {
+        "hs_rows": float(rows),
+        "hs_keys_links": float(keys_links),
+        "hs_index": float(index),
+        "hs_unused_capacity": float(hs_total - rows - keys_links - index),
+        "hr_rows": float(sum(c.nbytes for c in cache.columns)),
+        "hr_partition_tags": float(cache.src.nbytes + cache.cnt_src.nbytes),
+        "hr_index": float(cache.index.nbytes),
+        "hr_empty_entries": float(cache.empties.nbytes),
+        "disk_buffer_rows": float(mem.disk_buffer - op._disk_keys_bytes),
+        "disk_buffer_keys": float(op._disk_keys_bytes),
+        "switching_buffer": float(mem.switching_buffer),
+        "value_statistics": float(op.stats.nbytes),
+        "interest_filter": float(op.interest.nbytes),
+        "r_filter": float(op.rfilter.nbytes),
+        "queue": float(mem.queue),
+        "transient": float(mem.transient),
+        "prefetch": float(mem.prefetch),
+    }
+    budget = op.spec.memory_budget
+    out["slack"] = float(budget - mem.total) if budget is not None else 0.0
+    out["waiting_tuples"] = float(live)
+    out["budget"] = float(budget or 0)
+    return out

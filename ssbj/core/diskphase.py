@@ -156,7 +156,10 @@ def disk_probe(
 def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
     """READ partition p into the disk buffer and probe H_S with it (lines 24-38)."""
     mk = encode_keys(part.column(0), op._family)
-    op._disk_buffer_bytes = int(part.nbytes + mk.values.nbytes + mk.valid.nbytes)
+    # int64 keys without NULLs are a view of the partition's own buffer (ssbj.core.keys)
+    own = mk.values.flags.owndata or mk.values.base is None
+    op._disk_keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
+    op._disk_buffer_bytes = int(part.nbytes) + op._disk_keys_bytes
     op._disk_buffer_peak = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     if part.num_rows and (op._rc <= 1 or fsm in (1, 2) or op._vr_avg == 0):
         seen = op._c.extra.get("master_rows_measured", 0)

@@ -138,6 +138,7 @@ class SemiStreamJoin:
         self._vr_avg = 0.0
         self._chunk_bytes = self.spec.chunk_bytes
         self._disk_buffer_bytes = 0
+        self._disk_keys_bytes = 0  # the disk buffer's encoded keys and validity
         self._disk_buffer_peak = 0
         self._transient = 0  # bytes of the current step's temporaries
         self._transient_peak = 0
