@@ -482,10 +482,19 @@ def _run(
         "memory_components_mean": {k: v / n for k, v in acc.components.items()},
         "memory_breakdown_mean": {k: v / n for k, v in acc.breakdown.items()},
         "chunk_bytes_final": last_chunk,
+        "r_filter": _filter_info(op),
         "loadavg_1m": load0,
         "totals": {k: (float(v) if isinstance(v, float) else int(v)) for k, v in totals.items()},
         **({"steps": steps} if record_steps else {}),
     }
+
+
+def _filter_info(op: SemiStreamJoin) -> Json | None:
+    """Return the R-filter answering at the end of the run (mode, expected false positive rate, bytes)."""
+    f = op.rfilter.active
+    if f is None:
+        return None
+    return {"mode": ("bitmap", "bloom")[f.mode - 1], "fpr": f.fpr, "nbytes": int(f.bits.nbytes), "bits": f.nbits}
 
 
 def _ratio(a: float, b: float) -> float | None:

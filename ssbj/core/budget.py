@@ -45,11 +45,28 @@ class Plan:
     per_tuple: float = 0.0  # bytes one waiting tuple costs in H_S
 
 
+VALUES_MARGIN = 1.15  # the value index is planned for this many times the values measured per tuple
+MIN_MEASURED = 256  # live tuples before the measured values per tuple replace the worst case (1)
+
+
+def values_per_tuple(op: SemiStreamJoin) -> float:
+    """Share of H_S's slots the value index is planned for: measured distinct values per tuple, with margin.
+
+    The worst case (every tuple a value of its own) until H_S holds enough tuples to
+    measure; the cache phase admits no tuple that would push the index past it
+    (:func:`index_room`), so the budget holds even when the share grows (drift).
+    """
+    hs = op.hs
+    if hs.live < MIN_MEASURED:
+        return 1.0
+    return min(1.0, VALUES_MARGIN * hs.values / hs.live + 0.02)
+
+
 def per_tuple_bytes(op: SemiStreamJoin) -> float:
-    """Bytes of H_S per slot: fixed columns, var bytes, key and link, worst-case index share."""
+    """Bytes of H_S per slot: fixed columns, var bytes, key and link, the planned index share."""
     hs = op.hs
     var = hs.rows.var_bytes / hs.live if hs.live else max(0.0, op._vs_avg - hs.rows.slot_bytes() + 8)
-    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT / MAX_LOAD
+    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / MAX_LOAD
 
 
 def fixed_bytes(op: SemiStreamJoin) -> int:
@@ -58,7 +75,9 @@ def fixed_bytes(op: SemiStreamJoin) -> int:
     sb = max(op._sb_bytes, op._sb_peak)
     queue = (op._k + 2) * QUEUE_RECORD
     held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + op.rfilter.nbytes + queue
-    held += op._transient_peak
+    # the step's temporaries (probe results) grow with the tuples in H_S: the most seen per
+    # waiting tuple, for a full ring, or the peak seen, if more
+    held += max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
     return int(disk + prefetch_reserve(op) + held)
 
 
@@ -86,6 +105,7 @@ def adapt(op: SemiStreamJoin) -> None:
         _set_ring(op, (k + 1) * w, w, per)
         return
     op.stats.limit_bytes(int(STATS_SHARE * budget))
+    op._values_share = values_per_tuple(op)
     avail = budget - fixed_bytes(op)
     per = per_tuple_bytes(op)
     w = max(1, int(avail / ((k + 1) * per)))
@@ -99,17 +119,27 @@ def adapt(op: SemiStreamJoin) -> None:
 def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
     hs = op.hs
     slots = max(slots, hs.span + w, 1)
-    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT / MAX_LOAD)
+    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / MAX_LOAD)
     if slots != hs.cap:
         hs.set_capacity(slots, int(var_per * w))
     hs.fit_index(min(hs.values + w, slots))
+    limit = index_limit(op)
+    if hs.hix.shape[0] > limit:  # planned for fewer values per tuple than it was sized for
+        hs.rebuild_index(max(limit, capacity_for(hs.values, MAX_LOAD)))
 
 
 def index_limit(op: SemiStreamJoin) -> int:
-    """Most slots the value index of H_S may have (every waiting tuple its own value)."""
+    """Most slots the value index of H_S may have (its planned share of the ring's slots)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return int(op.hs.cap / MAX_LOAD) + 2
+    return int(op.hs.cap * op._values_share / MAX_LOAD) + 2
+
+
+def index_room(op: SemiStreamJoin) -> int:
+    """Return how many new values the index takes before it outgrows :func:`index_limit` (each new tuple may be one)."""
+    if op.spec.memory_budget is None:
+        return 1 << 62
+    return max(int(index_limit(op) * MAX_LOAD) - op.hs.values, 0)
 
 
 def stats_limit(op: SemiStreamJoin) -> int:

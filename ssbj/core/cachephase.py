@@ -25,7 +25,7 @@ def hs_room(op: SemiStreamJoin) -> int:
     """Tuples the new H_S chunk may take (the ring is sized by the budget)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return max(op.hs.cap - op.hs.span, 0)
+    return min(max(op.hs.cap - op.hs.span, 0), B.index_room(op))
 
 
 def cache_phase(

@@ -142,8 +142,10 @@ class SemiStreamJoin:
         self._disk_buffer_peak = 0
         self._transient = 0  # bytes of the current step's temporaries
         self._transient_peak = 0
+        self._transient_per_tuple = 0.0  # most temporaries per tuple in H_S (ssbj.core.budget)
         self._peak = 0  # most bytes held at any point of a step
         self._plan = B.Plan()
+        self._values_share = 1.0  # share of H_S's slots the value index is planned for (ssbj.core.budget)
 
     # ------------------------------------------------------------------ input
     def push(self, batch: pa.Table | pa.RecordBatch) -> None:
@@ -246,6 +248,8 @@ class SemiStreamJoin:
             self._p = (p + 1) % self._k
             self._cycle_open = self._p != 0
             path = "scan" if done is None else "lookup+scan"
+        if self.hs.live >= B.MIN_MEASURED:
+            self._transient_per_tuple = max(self._transient_per_tuple, self._transient / self.hs.live)
         enriched = self._assemble(pairs)
         um = pa.concat_tables(unmatched) if unmatched else self.stream_schema.empty_table()
         self._c.unmatched += um.num_rows

@@ -127,6 +127,8 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "disk_buffer_bytes": op._disk_buffer_bytes,
         "disk_buffer_peak": op._disk_buffer_peak,
         "disk_keys_bytes": op._disk_keys_bytes,
+        "values_share": op._values_share,
+        "transient_per_tuple": op._transient_per_tuple,
         "sb_bytes": op._sb_bytes,
         "sb_peak": op._sb_peak,
         "transient_peak": op._transient_peak,
@@ -163,6 +165,8 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._chunk_bytes = m["chunk_bytes"]
     op._disk_buffer_bytes, op._disk_buffer_peak = m["disk_buffer_bytes"], m["disk_buffer_peak"]
     op._disk_keys_bytes = int(m.get("disk_keys_bytes", 0))
+    op._values_share = float(m.get("values_share", 1.0))
+    op._transient_per_tuple = float(m.get("transient_per_tuple", 0.0))
     op._sb_bytes, op._sb_peak, op._sb_seq = m["sb_bytes"], m["sb_peak"], m["sb_seq"]
     op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
     op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]

@@ -43,7 +43,7 @@ MAX_BITMAP_BITS = 1 << 36  # ranges beyond this are never a bitmap
 
 @njit(cache=True, inline="always")
 def rf_bits_of(h: np.uint64) -> np.uint64:  # pragma: no cover - compiled
-    """The ``K`` bits of hash ``h`` inside its word (6 hash bits each, above the word's)."""
+    """Return the ``K`` bits of hash ``h`` inside its word (6 hash bits each, above the word's)."""
     m = np.uint64(0)
     for i in range(K):
         m |= np.uint64(1) << ((h >> np.uint64(6 * i)) & np.uint64(63))
@@ -88,7 +88,7 @@ def rf_add(
 
 
 def bloom_fpr(bits_per_value: float) -> float:
-    """False positive rate of the word-blocked filter (standard Bloom formula, K hashes)."""
+    """Return the false positive rate of the word-blocked filter (standard Bloom formula, K hashes)."""
     if bits_per_value <= 0:
         return 1.0
     return float((1.0 - math.exp(-K / bits_per_value)) ** K)
@@ -107,7 +107,7 @@ class FilterPlan:
 
 
 def plan(rows: int, kmin: int, kmax: int, exact: bool, value_less_bytes: float) -> FilterPlan:
-    """The filter that saves most: ``value_less_bytes`` is what tuples without master rows hold in H_S.
+    """Return the filter that saves most: ``value_less_bytes`` is what tuples without master rows hold in H_S.
 
     ``rows`` (master rows per R-cycle) bounds the distinct values; a Bloom filter of
     ``bits`` per row answers ``1 - fpr`` of those tuples; a bitmap over ``[kmin, kmax]``
@@ -164,7 +164,7 @@ class RFilter:
             self.active, self.building = self.building, None
 
     def answering(self, rc: int) -> FilterState | None:
-        """The filter that answers in R-cycle ``rc``, if any."""
+        """Return the filter that answers in R-cycle ``rc``, if any."""
         a = self.active
         return a if a is not None and rc >= a.complete_rc else None
 
