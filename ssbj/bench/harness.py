@@ -420,8 +420,8 @@ def _run(
         acc.hs_tuples += m.hs_tuples
         for k, v in mem.to_dict().items():
             acc.components[k] = acc.components.get(k, 0.0) + v
-        for k, v in breakdown(op).items():
-            acc.breakdown[k] = acc.breakdown.get(k, 0.0) + v
+        for k, x in breakdown(op).items():
+            acc.breakdown[k] = acc.breakdown.get(k, 0.0) + x
         if record_steps:
             steps.append(
                 {
