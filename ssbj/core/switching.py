@@ -17,10 +17,10 @@ import pyarrow as pa
 from numba import njit
 
 from ssbj.core import budget as B
-from ssbj.core.cache import HR_LEN, HR_START
 from ssbj.core.hashing import kset_find
 from ssbj.core.hs import hs_remove
 from ssbj.core.keys import is_exact
+from ssbj.core.refresh import HR_LEN, HR_START
 from ssbj.core.rfilter import OFF
 from ssbj.core.rfilter import plan as rf_plan
 
