@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ssbj.bench.exp_bound import breakdown_markdown
 from ssbj.bench.experiments import EXPERIMENTS, PRESETS, run_experiments
 from ssbj.bench.pipeline import cli as pipeline_cli
 from ssbj.core import CostConstants
@@ -356,6 +357,10 @@ def write_report(doc: Json, path: Path) -> None:
         v = t["value"]
         val = "-" if v is None else (f"{v:,.0f}" if t["threshold"] >= 100 else f"{v:.2f}")
         lines.append(f"* {t['what']}: **{val}** (target >= {t['threshold']:g}): {t['status']}")
+    if "bound" in doc["experiments"]:
+        table = breakdown_markdown(doc["experiments"]["bound"])
+        if table:
+            lines += ["", "## Where the budget goes (bound experiment, skew 1, stationary)", "", *table]
     path.write_text("\n".join(lines) + "\n")
 
 

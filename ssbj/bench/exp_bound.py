@@ -109,12 +109,16 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
     # their H_S bytes, the disk buffer and statistics come first), against MESHJOIN with
     # the same per-tuple bytes
     mc = m["memory_components_mean"]
+    sb = s["memory_breakdown_mean"]
+    rf = s.get("r_filter") or {}
+    fixed = mc.get("disk_buffer", 0.0) + s["memory_components_mean"].get("key_table", 0.0) + sb.get("r_filter", 0.0)
     ov = Overheads(
         o_s=max(m["hs_bytes_per_waiting_tuple"] - ds.v_s, 0.0),
         o_r=4.0,  # partition tag per cached row
         e_r=(8 + 1 + 4 * 4) / TARGET_LOAD,  # H_R index entry: key, used, start, length, f_count, since
-        e_e=(8 + 1 + 2) / TARGET_LOAD,  # empty entry: key, used, f_count, since
-        fixed=mc.get("disk_buffer", 0.0) + s["memory_components_mean"].get("key_table", 0.0),
+        # empty entry (key, used, f_count, since), needed only for the values the R-filter passes
+        e_e=(8 + 1 + 2) / TARGET_LOAD * float(rf.get("fpr", 1.0)),
+        fixed=fixed,
     )
     structural = memory_optimal_bound(dist, budget, ds.v_s, ds.v_r, ov)
     out["structural_bound"] = {"overheads": asdict(ov), **structural.to_dict()}
@@ -127,7 +131,57 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
     out["tuples_per_r_cycle_ratio"] = _ratio(s["tuples_per_r_cycle"], m["tuples_per_r_cycle"])
     out["c_loop_ratio"] = _ratio(s["c_loop_mean"], m["c_loop_mean"])
     out["budget_bytes_per_waiting_tuple_over_v_s"] = s["budget_bytes_per_waiting_tuple"] / ds.v_s
+    out["meshjoin_budget_bytes_per_waiting_tuple_over_v_s"] = m["budget_bytes_per_waiting_tuple"] / ds.v_s
     return out
+
+
+BREAKDOWN_ROWS = (
+    ("hs_rows", "H_S rows (v_S each)"),
+    ("hs_keys_links", "H_S links (+ key copies)"),
+    ("hs_index", "H_S value index"),
+    ("hs_unused_capacity", "H_S ring not in use"),
+    ("hr_rows", "H_R rows"),
+    ("hr_partition_tags", "H_R partition tags"),
+    ("hr_index", "H_R index"),
+    ("hr_empty_entries", "empty entries"),
+    ("r_filter", "R-filter"),
+    ("disk_buffer_rows", "disk buffer rows"),
+    ("disk_buffer_keys", "disk buffer keys"),
+    ("switching_buffer", "s_B"),
+    ("value_statistics", "value statistics"),
+    ("interest_filter", "interest filter"),
+    ("queue", "Q"),
+    ("transient", "per-step temporaries"),
+    ("prefetch", "read ahead"),
+    ("slack", "not held (slack)"),
+)
+
+
+def breakdown_markdown(res: Json) -> list[str]:
+    """Where the budget goes (share of the budget, mean over the measured steps), skew 1, per budget."""
+    pts = [p for p in res.get("points", []) if "error" not in p and p.get("skew") == 1.0 and not p.get("drifting")]
+    if not pts:
+        return []
+    cols = [(p, a) for p in pts for a in ("ssbj", "meshjoin")]
+    head = [f"{a.upper() if a == 'ssbj' else 'MESHJOIN'} {p['memory_fraction']:.0%}" for p, a in cols]
+    lines = [
+        "| structure | " + " | ".join(head) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for key, label in BREAKDOWN_ROWS:
+        cells = []
+        for p, a in cols:
+            bd = p[a].get("memory_breakdown_mean", {})
+            cells.append(f"{100 * bd.get(key, 0.0) / p['budget']:.1f}%")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    cells = []
+    for p, a in cols:
+        bd = p[a].get("memory_breakdown_mean", {})
+        cells.append(f"{p['budget'] / max(bd.get('waiting_tuples', 1.0), 1.0) / p[a]['v_s']:.2f}")
+    lines.append("| budget bytes per waiting tuple / v_S | " + " | ".join(cells) + " |")
+    cells = [f"{p[a]['tuples_per_r_cycle'] / p['bound']['n_meshjoin']:.2f}" for p, a in cols]
+    lines.append("| tuples per R-cycle / (M / v_S) | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _x(v: float | None, unit: str = "x") -> str:

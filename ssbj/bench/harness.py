@@ -49,6 +49,7 @@ from ssbj.core import (
     StepCost,
     calibrate,
 )
+from ssbj.core.budget import breakdown
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError
 from ssbj.planning import JoinSettings, plan_join
@@ -317,6 +318,7 @@ class _Acc:
     tuple_mem: float = 0.0
     hs_tuples: float = 0.0
     components: dict[str, float] = field(default_factory=dict)
+    breakdown: dict[str, float] = field(default_factory=dict)
 
 
 def _run(
@@ -418,6 +420,8 @@ def _run(
         acc.hs_tuples += m.hs_tuples
         for k, v in mem.to_dict().items():
             acc.components[k] = acc.components.get(k, 0.0) + v
+        for k, x in breakdown(op).items():
+            acc.breakdown[k] = acc.breakdown.get(k, 0.0) + x
         if record_steps:
             steps.append(
                 {
@@ -476,11 +480,21 @@ def _run(
         "tuple_memory_mean": acc.tuple_mem / n,
         "hs_tuples_mean": acc.hs_tuples / n,
         "memory_components_mean": {k: v / n for k, v in acc.components.items()},
+        "memory_breakdown_mean": {k: v / n for k, v in acc.breakdown.items()},
         "chunk_bytes_final": last_chunk,
+        "r_filter": _filter_info(op),
         "loadavg_1m": load0,
         "totals": {k: (float(v) if isinstance(v, float) else int(v)) for k, v in totals.items()},
         **({"steps": steps} if record_steps else {}),
     }
+
+
+def _filter_info(op: SemiStreamJoin) -> Json | None:
+    """Return the R-filter answering at the end of the run (mode, expected false positive rate, bytes)."""
+    f = op.rfilter.active
+    if f is None:
+        return None
+    return {"mode": ("bitmap", "bloom")[f.mode - 1], "fpr": f.fpr, "nbytes": int(f.bits.nbytes), "bits": f.nbits}
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -3,7 +3,8 @@
 With ``memory_budget`` set, at every R-cycle start (and once the first partition has
 been read, so the disk buffer is measured) H_S gets what the other structures leave:
 
-    avail = budget - disk buffer - prefetch reserve - H_R - s_B reserve - value statistics - Q - temporaries
+    avail = budget - disk buffer - prefetch reserve - H_R - s_B reserve - value statistics
+            - R-filter - Q - temporaries
 
 and the ring of H_S is re-laid out to hold ``(k + 1)`` chunks of ``w`` tuples (k chunks
 wait, one more enters before the oldest expires), each tuple costing its row bytes,
@@ -44,11 +45,28 @@ class Plan:
     per_tuple: float = 0.0  # bytes one waiting tuple costs in H_S
 
 
+VALUES_MARGIN = 1.15  # the value index is planned for this many times the values measured per tuple
+MIN_MEASURED = 256  # live tuples before the measured values per tuple replace the worst case (1)
+
+
+def values_per_tuple(op: SemiStreamJoin) -> float:
+    """Share of H_S's slots the value index is planned for: measured distinct values per tuple, with margin.
+
+    The worst case (every tuple a value of its own) until H_S holds enough tuples to
+    measure; the cache phase admits no tuple that would push the index past it
+    (:func:`index_room`), so the budget holds even when the share grows (drift).
+    """
+    hs = op.hs
+    if hs.live < MIN_MEASURED:
+        return 1.0
+    return min(1.0, VALUES_MARGIN * hs.values / hs.live + 0.02)
+
+
 def per_tuple_bytes(op: SemiStreamJoin) -> float:
-    """Bytes of H_S per slot: fixed columns, var bytes, key and link, worst-case index share."""
+    """Bytes of H_S per slot: fixed columns, var bytes, key and link, the planned index share."""
     hs = op.hs
     var = hs.rows.var_bytes / hs.live if hs.live else max(0.0, op._vs_avg - hs.rows.slot_bytes() + 8)
-    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT / MAX_LOAD
+    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / MAX_LOAD
 
 
 def fixed_bytes(op: SemiStreamJoin) -> int:
@@ -56,7 +74,10 @@ def fixed_bytes(op: SemiStreamJoin) -> int:
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     sb = max(op._sb_bytes, op._sb_peak)
     queue = (op._k + 2) * QUEUE_RECORD
-    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + queue + op._transient_peak
+    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + op.rfilter.nbytes + queue
+    # the step's temporaries (probe results) grow with the tuples in H_S: the most seen per
+    # waiting tuple, for a full ring, or the peak seen, if more
+    held += max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
     return int(disk + prefetch_reserve(op) + held)
 
 
@@ -84,6 +105,7 @@ def adapt(op: SemiStreamJoin) -> None:
         _set_ring(op, (k + 1) * w, w, per)
         return
     op.stats.limit_bytes(int(STATS_SHARE * budget))
+    op._values_share = values_per_tuple(op)
     avail = budget - fixed_bytes(op)
     per = per_tuple_bytes(op)
     w = max(1, int(avail / ((k + 1) * per)))
@@ -97,17 +119,27 @@ def adapt(op: SemiStreamJoin) -> None:
 def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
     hs = op.hs
     slots = max(slots, hs.span + w, 1)
-    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT / MAX_LOAD)
+    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / MAX_LOAD)
     if slots != hs.cap:
         hs.set_capacity(slots, int(var_per * w))
     hs.fit_index(min(hs.values + w, slots))
+    limit = index_limit(op)
+    if hs.hix.shape[0] > limit:  # planned for fewer values per tuple than it was sized for
+        hs.rebuild_index(max(limit, capacity_for(hs.values, MAX_LOAD)))
 
 
 def index_limit(op: SemiStreamJoin) -> int:
-    """Most slots the value index of H_S may have (every waiting tuple its own value)."""
+    """Most slots the value index of H_S may have (its planned share of the ring's slots)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return int(op.hs.cap / MAX_LOAD) + 2
+    return int(op.hs.cap * op._values_share / MAX_LOAD) + 2
+
+
+def index_room(op: SemiStreamJoin) -> int:
+    """Return how many new values the index takes before it outgrows :func:`index_limit` (each new tuple may be one)."""
+    if op.spec.memory_budget is None:
+        return 1 << 62
+    return max(int(index_limit(op) * MAX_LOAD) - op.hs.values, 0)
 
 
 def stats_limit(op: SemiStreamJoin) -> int:
@@ -151,3 +183,45 @@ def empties_room(op: SemiStreamJoin, n: int) -> int:
 def stats_entry_bytes() -> float:
     """Bytes one candidate costs in the statistics table at the target load."""
     return KeyedTable.bytes_for(1, ST_FIELDS, 4) / 0.6
+
+
+def breakdown(op: SemiStreamJoin) -> dict[str, float]:
+    """Where every byte of the budget goes now, structure by structure (bytes).
+
+    H_S is split into the live tuples' row bytes, their encoded keys (only where the key
+    column is not stored in the ring) and links, the value index, and ring capacity not
+    holding a live tuple; H_R into rows, partition tags, index and empty entries. ``slack``
+    is the part of the budget nothing holds. The sum of all but ``slack`` (and the
+    ``waiting_tuples`` and ``budget`` entries) is :meth:`MemoryReport.total`.
+    """
+    hs, cache = op.hs, op.cache
+    live = hs.live
+    hs_total = hs.nbytes()
+    index = int(hs.hix.nbytes + hs.htag.nbytes)
+    keys_links = live * (op._key_overhead + 4)  # beyond the row's own key bytes: link, key copy
+    rows = hs.row_bytes  # the live tuples' raw projected rows (v_S each)
+    mem = op.memory()
+    out = {
+        "hs_rows": float(rows),
+        "hs_keys_links": float(keys_links),
+        "hs_index": float(index),
+        "hs_unused_capacity": float(hs_total - rows - keys_links - index),
+        "hr_rows": float(sum(c.nbytes for c in cache.columns)),
+        "hr_partition_tags": float(cache.src.nbytes + cache.cnt_src.nbytes),
+        "hr_index": float(cache.index.nbytes),
+        "hr_empty_entries": float(cache.empties.nbytes),
+        "disk_buffer_rows": float(mem.disk_buffer - op._disk_keys_bytes),
+        "disk_buffer_keys": float(op._disk_keys_bytes),
+        "switching_buffer": float(mem.switching_buffer),
+        "value_statistics": float(op.stats.nbytes),
+        "interest_filter": float(op.interest.nbytes),
+        "r_filter": float(op.rfilter.nbytes),
+        "queue": float(mem.queue),
+        "transient": float(mem.transient),
+        "prefetch": float(mem.prefetch),
+    }
+    budget = op.spec.memory_budget
+    out["slack"] = float(budget - mem.total) if budget is not None else 0.0
+    out["waiting_tuples"] = float(live)
+    out["budget"] = float(budget or 0)
+    return out

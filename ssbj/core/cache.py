@@ -23,11 +23,11 @@ from numba import njit
 
 from ssbj.core.hashing import KeyedTable, capacity_for, kset_delete, kset_find, kset_slot
 from ssbj.core.keys import encode_keys
+from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
+from ssbj.core.rfilter import rf_test
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
-HR_START = 0
-HR_LEN = 1
 HR_F = 2
 HR_SINCE = 3
 E_F = 0
@@ -53,12 +53,20 @@ def cache_probe(
     max_misses: int,
     max_tuples: int,
     use_cache: bool,
-) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
+    rf_bits: np.ndarray,
+    rf_mode: int,
+    rf_base: int,
+    rf_nbits: int,
+    rf_oor: bool,
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:  # pragma: no cover
     """Cache phase over ``keys[start:]``: H_R hits, empty hits, NULLs and misses.
 
     Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
     or ``max_misses`` tuples. Returns (consumed, hit_slot, miss_idx, null_idx, empty_idx,
-    miss bytes used); ``hit_slot`` has one entry per consumed tuple (-1 if not a hit).
+    miss bytes used, tuples the R-filter answered); ``hit_slot`` has one entry per
+    consumed tuple (-1 if not a hit). ``empty_idx`` holds the tuples known to have no
+    master rows: from an empty entry or from the R-filter (``rf_mode`` > 0, see
+    :mod:`ssbj.core.rfilter`).
     """
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
@@ -69,6 +77,7 @@ def cache_probe(
     nm = 0
     nn = 0
     ne = 0
+    nf = 0
     i = start
     while i < limit:
         if not valid[i]:
@@ -82,6 +91,12 @@ def cache_probe(
                 hit[i - start] = j
                 if hpay[j, HR_F] < F_MAX_ROWS:
                     hpay[j, HR_F] += 1
+                i += 1
+                continue
+            if rf_mode > 0 and not rf_test(rf_bits, rf_mode, rf_base, rf_nbits, rf_oor, keys[i]):
+                emp[ne] = i
+                ne += 1
+                nf += 1
                 i += 1
                 continue
             j = kset_find(ek, eused, keys[i])
@@ -100,7 +115,7 @@ def cache_probe(
         i += 1
         if miss_used >= miss_budget:
             break
-    return i - start, hit[: i - start], miss[:nm], nul[:nn], emp[:ne], miss_used
+    return i - start, hit[: i - start], miss[:nm], nul[:nn], emp[:ne], miss_used, nf
 
 
 @njit(cache=True, nogil=True)
@@ -209,66 +224,6 @@ def _add_empties(
         epay[j, E_SINCE] = rc % 256
         n += 1
     return n
-
-
-@njit(cache=True, nogil=True)
-def refresh_pairs(
-    hpay: np.ndarray, src: np.ndarray, rf_row: np.ndarray, rf_slot: np.ndarray, p: int
-) -> tuple[np.ndarray, int]:  # pragma: no cover
-    """Return the cached row expected for each fresh row (-1: none left) and the fresh rows matched.
-
-    Fresh rows arrive in read order; the cached rows of a value read from partition ``p``
-    are in the same order, so the i-th fresh row of a value pairs with its i-th cached
-    row from ``p``.
-    """
-    order = np.argsort(rf_slot, kind="mergesort")
-    out = np.full(rf_row.shape[0], -1, dtype=np.int64)
-    matched = 0
-    t = 0
-    while t < order.shape[0]:
-        j = rf_slot[order[t]]
-        st = hpay[j, HR_START]
-        en = st + hpay[j, HR_LEN]
-        r = st
-        while t < order.shape[0] and rf_slot[order[t]] == j:
-            while r < en and src[r] != p:
-                r += 1
-            if r < en:
-                out[order[t]] = r
-                matched += 1
-                r += 1
-            t += 1
-    return out, matched
-
-
-def _fixed_view(a: pa.Array) -> np.ndarray | None:
-    """Rows of a null-free fixed-width array as a (n, width) uint8 view, or None."""
-    t = a.type
-    if a.null_count or not (pa.types.is_fixed_size_binary(t) or pa.types.is_integer(t) or pa.types.is_temporal(t)):
-        return None
-    width = t.byte_width
-    buf = a.buffers()[1]
-    if buf is None:
-        return None
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    return raw[a.offset * width : (a.offset + len(a)) * width].reshape(len(a), width)
-
-
-def _rows_equal(part: pa.Table, rows: np.ndarray, cached: list[pa.Array], old: np.ndarray) -> bool:
-    """Whether ``part``'s ``rows`` equal the cached rows ``old``, column by column.
-
-    Null-free fixed-width columns are compared as raw bytes with NumPy (no Arrow call per
-    column); the others, and floats (NaN != NaN in NumPy), with Arrow's ``equals``.
-    """
-    for c, col in enumerate(part.columns):
-        a = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-        va, vb = _fixed_view(a), _fixed_view(cached[c])
-        if va is not None and vb is not None:
-            if not np.array_equal(va[rows], vb[old]):
-                return False
-        elif not a.take(pa.array(rows)).equals(cached[c].take(pa.array(old))):
-            return False
-    return True
 
 
 class Cache:
@@ -463,7 +418,7 @@ class Cache:
             old, matched = refresh_pairs(self.index.payload, self.src, rf_row, rf_slot, p)
             changed = matched != len(rf_row) or matched != self.cnt_src[p]
             if not changed and matched:
-                changed = not _rows_equal(part, rf_row, self.columns, old)
+                changed = not rows_equal(part, rf_row, self.columns, old)
         if not changed:
             return False
         # the value set stays; only its rows from p are replaced

@@ -18,12 +18,14 @@ from ssbj.core.hs import hs_insert
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
 
+_NO_BITS = np.zeros(1, dtype=np.uint64)
+
 
 def hs_room(op: SemiStreamJoin) -> int:
     """Tuples the new H_S chunk may take (the ring is sized by the budget)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return max(op.hs.cap - op.hs.span, 0)
+    return min(max(op.hs.cap - op.hs.span, 0), B.index_room(op))
 
 
 def cache_phase(
@@ -37,7 +39,10 @@ def cache_phase(
         op,
     )
     cache = op.cache
-    use_cache = op._use_cache and (cache.values + cache.empty_values) > 0
+    rf = op.rfilter.answering(op._rc) if op._use_cache else None
+    use_cache = op._use_cache and ((cache.values + cache.empty_values) > 0 or rf is not None)
+    rf_bits = rf.bits if rf is not None else _NO_BITS
+    rf_args = (rf.mode, rf.base, rf.nbits, rf.oor) if rf is not None else (0, 0, 0, False)
     miss_tables: list[pa.Table] = []
     miss_keys: list[np.ndarray] = []
     miss_bytes = 0
@@ -46,7 +51,7 @@ def cache_phase(
     while op._buffer and remaining > 0 and used < budget:
         buf = op._buffer[0]
         start = buf.pos
-        consumed, hit, miss_idx, null_idx, emp_idx, used = cache_probe(
+        consumed, hit, miss_idx, null_idx, emp_idx, used, n_filtered = cache_probe(
             cache.index.keys,
             cache.index.used,
             cache.index.payload,
@@ -62,8 +67,12 @@ def cache_phase(
             room - w_s,
             remaining,
             use_cache,
+            rf_bits,
+            *rf_args,
         )
         consumed = int(consumed)
+        if n_filtered:
+            op._c.bump("filter_answered", int(n_filtered))
         if consumed == 0:
             break
         op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())

@@ -156,7 +156,10 @@ def disk_probe(
 def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
     """READ partition p into the disk buffer and probe H_S with it (lines 24-38)."""
     mk = encode_keys(part.column(0), op._family)
-    op._disk_buffer_bytes = int(part.nbytes + mk.values.nbytes + mk.valid.nbytes)
+    # int64 keys without NULLs are a view of the partition's own buffer (ssbj.core.keys)
+    own = mk.values.flags.owndata or mk.values.base is None
+    op._disk_keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
+    op._disk_buffer_bytes = int(part.nbytes) + op._disk_keys_bytes
     op._disk_buffer_peak = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     if part.num_rows and (op._rc <= 1 or fsm in (1, 2) or op._vr_avg == 0):
         seen = op._c.extra.get("master_rows_measured", 0)
@@ -165,6 +168,8 @@ def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list
         op._c.bump("master_rows_measured", part.num_rows)
     if part.num_rows == 0:
         return
+    if op._use_cache:
+        note_scan(op, mk.values, mk.valid)
     hs, st, cache = op.hs, op.stats.table, op.cache
     refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
     # tracked since the first step of the incrementing R-cycle (rc - 1) or before
@@ -218,6 +223,18 @@ def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list
         op._c.bump("cache_refreshes")
 
 
+def note_scan(op: SemiStreamJoin, keys: np.ndarray, valid: np.ndarray) -> None:
+    """Every key the scan reads: into the R-filter, and the R-cycle's rows and key range."""
+    op.rfilter.add(keys, valid)
+    v = keys[valid]
+    sc = op._scan
+    sc[0] += len(v)
+    if len(v):
+        lo, hi = int(v.min()), int(v.max())
+        sc[1] = lo if sc[0] == len(v) else min(sc[1], lo)
+        sc[2] = hi if sc[0] == len(v) else max(sc[2], hi)
+
+
 def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:
     """DELETE the oldest chunk from Q and H_S once it has met every partition of R."""
     hs = op.hs
@@ -247,6 +264,7 @@ def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:
         op._c.matched += live - len(um)
         if len(um):
             unmatched.append(hs.take(um))
+            op._c.bump("hs_unmatched", len(um))
         hs.rows.drop_before(base + n)
         hs.values -= int(gone)
         if len(empties):

@@ -82,6 +82,9 @@ def _encode_array(arr: pa.Array, family: str) -> np.ndarray:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     if family == "integer":
+        if arr.null_count == 0 and arr.type == pa.int64():
+            # the Arrow buffer itself (read-only): no copy of the keys, no bytes of their own
+            return np.asarray(arr.to_numpy(zero_copy_only=True))
         if arr.null_count == 0 and arr.type != pa.uint64():
             # no nulls to fill and a lossless widening: skip two compute kernels per call
             return np.array(arr.to_numpy(zero_copy_only=False), dtype=np.int64)

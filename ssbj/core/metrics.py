@@ -20,6 +20,7 @@ class MemoryReport:
     entries: int  # join values tracked (H_S values, cached values, candidates)
     transient: int = 0  # per-step temporaries (probe results) alive at the end of the step
     prefetch: int = 0  # partitions of R read ahead, not yet in the disk buffer (ssbj.core.prefetch)
+    r_filter: int = 0  # the R-filter of values with master rows (ssbj.core.rfilter), both bit arrays
 
     @property
     def total(self) -> int:
@@ -33,6 +34,7 @@ class MemoryReport:
             + self.key_table
             + self.transient
             + self.prefetch
+            + self.r_filter
         )
 
     def to_dict(self) -> dict[str, int]:

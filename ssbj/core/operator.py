@@ -53,6 +53,7 @@ from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verifi
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
 from ssbj.core.prefetch import prefetched_nbytes, read_seconds
+from ssbj.core.rfilter import RFilter
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
 from ssbj.core.stats import ValueStats
@@ -122,6 +123,10 @@ class SemiStreamJoin:
         self.cache.set_partitions(self._k)
         self.stats = ValueStats()
         self.interest = Interest()  # values the disk phase looks up beyond H_S
+        self.rfilter = RFilter()  # values R has (tuples of other values finish at once)
+        self._scan = np.zeros(3, dtype=np.int64)  # this R-cycle's scan: rows, least and largest key
+        self._scan_last = np.zeros(3, dtype=np.int64)  # the same for the last complete R-cycle
+        self._rf_mark = (0, 0)  # value-less tuples counted up to this R-cycle's start
         self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
         self._sb_seq = 0
         self._sb_bytes = 0
@@ -133,11 +138,14 @@ class SemiStreamJoin:
         self._vr_avg = 0.0
         self._chunk_bytes = self.spec.chunk_bytes
         self._disk_buffer_bytes = 0
+        self._disk_keys_bytes = 0  # the disk buffer's encoded keys and validity
         self._disk_buffer_peak = 0
         self._transient = 0  # bytes of the current step's temporaries
         self._transient_peak = 0
+        self._transient_per_tuple = 0.0  # most temporaries per tuple in H_S (ssbj.core.budget)
         self._peak = 0  # most bytes held at any point of a step
         self._plan = B.Plan()
+        self._values_share = 1.0  # share of H_S's slots the value index is planned for (ssbj.core.budget)
 
     # ------------------------------------------------------------------ input
     def push(self, batch: pa.Table | pa.RecordBatch) -> None:
@@ -240,6 +248,8 @@ class SemiStreamJoin:
             self._p = (p + 1) % self._k
             self._cycle_open = self._p != 0
             path = "scan" if done is None else "lookup+scan"
+        if self.hs.live >= B.MIN_MEASURED:
+            self._transient_per_tuple = max(self._transient_per_tuple, self._transient / self.hs.live)
         enriched = self._assemble(pairs)
         um = pa.concat_tables(unmatched) if unmatched else self.stream_schema.empty_table()
         self._c.unmatched += um.num_rows
@@ -281,6 +291,9 @@ class SemiStreamJoin:
         for old in [c for c in self._cycle_start if c < self._rc - 2]:
             del self._cycle_start[old]
         if self._use_cache:
+            self._scan_last, self._scan = self._scan, np.zeros(3, dtype=np.int64)
+            self.rfilter.new_cycle(self._rc)
+            SW.plan_filter(self)
             if self._rc > 1:
                 self.stats.gc(self._rc)
             evicted = np.zeros(0, np.int64)
@@ -396,6 +409,7 @@ class SemiStreamJoin:
             entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
             transient=self._transient,
             prefetch=prefetched_nbytes(self.master),
+            r_filter=self.rfilter.nbytes,
         )
 
     def _metrics(

@@ -4,6 +4,7 @@ Written once: each H_S chunk (its rows, encoded keys and chain links, which neve
 each piece of s_B, H_R's rows whenever they changed (``hr-<version>``). Written at every
 checkpoint: the flags of the live H_S slots (matched, removed; two bits each), H_R's
 index and empty entries (their f_counts change with every hit), the value statistics,
+the R-filter's bits,
 the unread stream buffer, and the manifest with the scalars. The value index of H_S is
 rebuilt on restore from the live slots (it only points at each value's newest tuple).
 """
@@ -21,6 +22,7 @@ from ssbj.core.cache import _row_keys
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.hs import DELTA, EMPTY, MATCHED, REMOVED, ix_rebuild
 from ssbj.core.keys import encode_keys
+from ssbj.core.rfilter import FilterState
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Buffered, Counters
 from ssbj.errors import CheckpointError
@@ -76,6 +78,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
     ix_k, ix_p = op.cache.index.entries()
     em_k, em_p = op.cache.empties.entries()
     st_k, st_p = op.stats.entries()
+    rf = op.rfilter
     state_name = f"state-{checkpoint_id}.npz"
     store.write_arrays(
         state_name,
@@ -89,6 +92,8 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "st_keys": st_k,
             "st_pay": st_p,
             "interest_bits": op.interest.bits,
+            "rf_active": rf.active.bits if rf.active is not None else np.zeros(0, np.uint64),
+            "rf_building": rf.building.bits if rf.building is not None else np.zeros(0, np.uint64),
         },
     )
     files.append(state_name)
@@ -123,6 +128,9 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "chunk_bytes": op._chunk_bytes,
         "disk_buffer_bytes": op._disk_buffer_bytes,
         "disk_buffer_peak": op._disk_buffer_peak,
+        "disk_keys_bytes": op._disk_keys_bytes,
+        "values_share": op._values_share,
+        "transient_per_tuple": op._transient_per_tuple,
         "sb_bytes": op._sb_bytes,
         "sb_peak": op._sb_peak,
         "transient_peak": op._transient_peak,
@@ -130,6 +138,13 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "vs_avg": op._vs_avg,
         "vr_avg": op._vr_avg,
         "plan": asdict(op._plan),
+        "rfilter": {
+            "active": rf.active.to_meta() if rf.active is not None else None,
+            "building": rf.building.to_meta() if rf.building is not None else None,
+            "scan": op._scan.tolist(),
+            "scan_last": op._scan_last.tolist(),
+            "mark": list(op._rf_mark),
+        },
         "counters": asdict(op._c),
         "files": files,
         "meta": meta or {},
@@ -151,6 +166,9 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}
     op._chunk_bytes = m["chunk_bytes"]
     op._disk_buffer_bytes, op._disk_buffer_peak = m["disk_buffer_bytes"], m["disk_buffer_peak"]
+    op._disk_keys_bytes = int(m.get("disk_keys_bytes", 0))
+    op._values_share = float(m.get("values_share", 1.0))
+    op._transient_per_tuple = float(m.get("transient_per_tuple", 0.0))
     op._sb_bytes, op._sb_peak, op._sb_seq = m["sb_bytes"], m["sb_peak"], m["sb_seq"]
     op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
     op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
@@ -178,6 +196,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         op.interest.load(arrays["interest_bits"], *m["interest"])
     else:  # older checkpoints
         op.rebuild_interest()
+    _load_rfilter(op, m.get("rfilter"), arrays)
     for name in m["sb"]:
         t = store.read_table(name)
         sid = int(name.split("-")[1].split(".")[0])
@@ -194,6 +213,17 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         buf = buf.combine_chunks()
         keys = encode_keys(buf.column(op.spec.stream_key), op._family)
         op._buffer.append(Buffered(buf, keys, row_nbytes(buf)))
+
+
+def _load_rfilter(op: SemiStreamJoin, m: dict[str, Any] | None, arrays: dict[str, np.ndarray]) -> None:
+    if not m:  # a checkpoint from before the R-filter: it is planned again
+        return
+    for name in ("active", "building"):
+        if m[name] is not None:
+            setattr(op.rfilter, name, FilterState.from_meta(m[name], arrays[f"rf_{name}"]))
+    op._scan = np.asarray(m["scan"], dtype=np.int64)
+    op._scan_last = np.asarray(m["scan_last"], dtype=np.int64)
+    op._rf_mark = (int(m["mark"][0]), int(m["mark"][1]))
 
 
 def _load_hs(op: SemiStreamJoin, store: DirectoryStore, m: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

@@ -16,6 +16,7 @@ MAX_STEP_TUPLES = 1 << 20  # most stream tuples one step reads when w comes from
 
 Algorithm = Literal["ssbj", "meshjoin"]
 Hybrid = Literal["off", "auto", "always"]
+RFilterMode = Literal["off", "auto", "always"]
 
 
 def master_output_names(stream_names: list[str], master_columns: list[str]) -> list[str]:
@@ -51,6 +52,11 @@ class JoinSpec:
     then stay as they were switched in until their value is evicted, which is exact only
     while the master data does not change.
 
+    ``r_filter`` (SSBJ; :mod:`ssbj.core.rfilter`): a membership filter of R's join values
+    answers tuples whose value has no master rows at once; ``auto`` adopts it when its
+    bytes are fewer than the H_S bytes it saves, ``always`` whenever it can be built (for
+    tests), ``off`` never.
+
     ``hybrid`` (docs/hybrid.md): with a master that can look rows up by key
     (:class:`ssbj.contracts.MasterLookup`), ``auto`` lets the cost model finish the
     tuples of H_S by a lookup of their keys instead of scanning on, step by step;
@@ -70,8 +76,11 @@ class JoinSpec:
     count_overheads: bool = True
     refresh_cache: bool = True
     hybrid: Hybrid = "off"
+    r_filter: RFilterMode = "auto"
 
     def __post_init__(self) -> None:
+        if self.r_filter not in ("off", "auto", "always"):
+            raise ConfigError(f"r_filter must be 'off', 'auto' or 'always', got {self.r_filter!r}")
         if self.hybrid not in ("off", "auto", "always"):
             raise ConfigError(f"hybrid must be 'off', 'auto' or 'always', got {self.hybrid!r}")
         if self.algorithm not in ("ssbj", "meshjoin"):

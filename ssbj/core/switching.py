@@ -3,7 +3,9 @@
 * :func:`rebuild_hr`: H_R without the evicted values and with s_B (lines 10-14, 42-51);
 * :func:`switch_in`: the H_S tuples of switched values finish at once against the s_B
   rows of the partitions they had not met (exact, see docs/architecture.md);
-* :func:`cache_empties`: values shown to have no master rows become empty entries.
+* :func:`cache_empties`: values shown to have no master rows become empty entries;
+* :func:`plan_filter`: the R-filter (:mod:`ssbj.core.rfilter`), which answers the
+  tuples of values without master rows before they reach H_S, is (re)planned.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ import pyarrow as pa
 from numba import njit
 
 from ssbj.core import budget as B
-from ssbj.core.cache import HR_LEN, HR_START
 from ssbj.core.hashing import kset_find
 from ssbj.core.hs import hs_remove
+from ssbj.core.keys import is_exact
+from ssbj.core.refresh import HR_LEN, HR_START
+from ssbj.core.rfilter import OFF
+from ssbj.core.rfilter import plan as rf_plan
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -100,6 +105,7 @@ def cache_empties(op: SemiStreamJoin, keys: np.ndarray, unmatched: list[pa.Table
         unmatched.append(hs.take(slots))
         hs.live -= len(slots)
         op._c.served_disk += len(slots)
+        op._c.bump("hs_unmatched", len(slots))
     op.stats.delete(keys)
     op._c.bump("empties_cached", len(keys))
 
@@ -134,3 +140,32 @@ def switch_in(
     hs.values -= len(np.unique(which))
     op.stats.delete(keys)
     op._c.switched_in += len(keys)
+
+
+def plan_filter(op: SemiStreamJoin) -> None:
+    """At an R-cycle start: plan the R-filter from the last R-cycle and start building it.
+
+    First at R-cycle 3 (R-cycle 2 measured how many tuples left H_S without a match),
+    then at every eviction R-cycle (a rebuilt filter forgets values deleted from R). The
+    saving is the H_S bytes those tuples would hold (they wait one R-cycle each), counted
+    with the tuples the filter answered itself. ``always`` (tests): from R-cycle 2, as
+    large as the planner allows.
+    """
+    mode, rc = op.spec.r_filter, op._rc
+    c = op._c.extra
+    now = (c.get("hs_unmatched", 0), c.get("filter_answered", 0))
+    mark, op._rf_mark = op._rf_mark, now
+    first = 2 if mode == "always" else 3
+    if mode == "off" or rc < first or op.rfilter.building is not None:
+        return
+    if rc != first and rc % op.spec.eviction_interval != 0:
+        return
+    value_less = (now[0] - mark[0]) + (now[1] - mark[1])
+    saving = 1e18 if mode == "always" else value_less * op.tuple_cost()
+    rows, kmin, kmax = (int(x) for x in op._scan_last)
+    p = rf_plan(rows, kmin, kmax, is_exact(op._family), saving)
+    if p.mode == OFF:
+        op.rfilter.drop()
+        return
+    op.rfilter.start(p, rc)
+    op._c.bump("filter_builds")

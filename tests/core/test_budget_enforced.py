@@ -19,6 +19,7 @@ import pytest
 from reference import as_multiset, batch_join
 
 from ssbj.core import ArrowMaster, CostModel, JoinSpec, SemiStreamJoin, plan_memory
+from ssbj.core import budget as B
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.prefetch import PrefetchingScan
 from ssbj.core.rowsize import row_nbytes
@@ -149,7 +150,7 @@ def test_accounted_bytes_equal_live_arrays(algorithm: str, prefetch: int) -> Non
     for r in op.run(stream.to_batches(max_chunksize=4_000)):
         mem = _settled(op).memory() if prefetch else r.metrics.memory
         # the disk buffer and the step's temporaries are gone once the step returns
-        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table + mem.prefetch
+        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table + mem.prefetch + mem.r_filter
         live = live_bytes(op)
         assert live == pytest.approx(held, rel=0.01, abs=256), (r.metrics.step, mem.to_dict(), live)
         checked += 1
@@ -193,3 +194,18 @@ def test_peak_within_budget_through_drift_eviction_and_restore(budget: int, pref
     assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
     assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
     assert switched > 0 and evicted > 0  # the run went through switching and eviction
+
+
+@pytest.mark.parametrize("algorithm", ["ssbj", "meshjoin"])
+def test_breakdown_accounts_for_every_byte(algorithm: str) -> None:
+    stream, master = _drifting(20_000, 60_000)
+    op, _ = _op(stream, master, 300_000, algorithm, 0)
+    filtered = 0
+    for r in op.run(stream.to_batches(max_chunksize=4_000)):
+        bd = B.breakdown(op)
+        parts = sum(v for k, v in bd.items() if k not in ("slack", "waiting_tuples", "budget"))
+        assert parts == pytest.approx(r.metrics.memory.total, abs=1), (r.metrics.step, bd)
+        assert bd["slack"] == pytest.approx(300_000 - r.metrics.memory.total, abs=1)
+        assert bd["waiting_tuples"] == op.hs.live
+        filtered += bd["r_filter"] > 0
+    assert (filtered > 0) == (algorithm == "ssbj" and op._c.extra.get("filter_builds", 0) > 0)

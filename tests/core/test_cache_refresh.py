@@ -66,13 +66,21 @@ def _stream(rng: random.Random, first_id: int, n: int) -> pa.Table:
     return pa.table({"id": pa.array(range(first_id, first_id + n), pa.int64()), "k": pa.array(keys, pa.int64())})
 
 
+@pytest.mark.parametrize("r_filter", ["off", "always"])
 @pytest.mark.parametrize("checkpoint_each_step", [False, True])
 def test_updates_inserts_and_deletes_reach_cached_values_within_one_r_cycle(
-    tmp_path: Any, checkpoint_each_step: bool
+    tmp_path: Any, checkpoint_each_step: bool, r_filter: str
 ) -> None:
+    """With the R-filter too: value 99 has no rows (outside the bitmap's range) until one is inserted."""
     rng = random.Random(7)
     master = RangeMaster({pk: (pk % 20, f"v0-{pk}") for pk in range(200)}, b=20, k=10)
-    spec = JoinSpec(stream_key="k", master_key="key", master_columns=("pk", "v"), chunk_bytes=2_000)
+    spec = JoinSpec(
+        stream_key="k",
+        master_key="key",
+        master_columns=("pk", "v"),
+        chunk_bytes=2_000,
+        r_filter=r_filter,  # type: ignore[arg-type]
+    )
     schema = _stream(rng, 0, 1).schema
     mschema = master.table().schema
     op = SemiStreamJoin(spec, master, schema, mschema)
@@ -95,7 +103,8 @@ def test_updates_inserts_and_deletes_reach_cached_values_within_one_r_cycle(
         if checkpoint_each_step:
             op.checkpoint(store, step)
             op = SemiStreamJoin.restore(store, spec, master, schema, mschema)
-        if changed_at is None and 0 in op.cached_values() and 99 in op.cached_values():
+        known_empty = 99 in op.cached_values() or op.rfilter.answering(op.r_cycle) is not None
+        if changed_at is None and 0 in op.cached_values() and known_empty:
             # update every row, delete one row of cached value 0, insert one for the empty entry 99
             for pk, (key, _) in list(master.rows.items()):
                 master.rows[pk] = (key, f"v1-{pk}")
@@ -104,6 +113,9 @@ def test_updates_inserts_and_deletes_reach_cached_values_within_one_r_cycle(
             changed_at = step + 1
     assert changed_at is not None, "values 0 and 99 never reached the cache"
     assert op.totals()["cache_share"] > 0.3
+    if r_filter == "always":
+        assert op.totals()["unmatched_source_rows"] > 0
+        assert op._c.extra.get("filter_answered", 0) > 0
     # every tuple that arrived one R-cycle (k steps) after the change sees only the new R
     late_out = Counter[tuple[Any, ...]]()
     late_ids = {i for i, s in pushed_at.items() if s >= changed_at + k}

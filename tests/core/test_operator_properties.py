@@ -36,6 +36,7 @@ def scenario(draw: Any) -> dict[str, Any]:
         "strings": draw(st.booleans()),
         "cut": draw(st.integers(0, 400)),
         "memory_budget": draw(st.one_of(st.none(), st.integers(1, 200_000))),
+        "r_filter": draw(st.sampled_from(["auto", "always", "off"])),
     }
 
 
@@ -59,6 +60,7 @@ def _spec(sc: dict[str, Any]) -> JoinSpec:
         switch_factor=sc["switch_factor"],
         eviction_interval=sc["eviction_interval"],
         memory_budget=sc["memory_budget"],
+        r_filter=sc["r_filter"],
     )
 
 
