@@ -100,6 +100,7 @@ _TINY = {
     "strings": False,
     "cut": 0,
     "memory_budget": 1077,
+    "r_filter": "auto",
 }
 
 
