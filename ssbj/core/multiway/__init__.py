@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ssbj.core.multiway.operator import MultiWayJoin
 from ssbj.core.multiway.order import POLICIES
-from ssbj.core.multiway.spec import JoinEdge, MasterInput, MultiWaySpec, OutputColumn
+from ssbj.core.multiway.spec import JoinEdge, MasterInput, MultiWaySpec, OutputColumn, StreamWindow
 from ssbj.core.multiway.store import MemoryStore, WaitingStateOverflow, WaitingStore
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "MultiWayJoin",
     "MultiWaySpec",
     "OutputColumn",
+    "StreamWindow",
     "WaitingStateOverflow",
     "WaitingStore",
     "run_query",
