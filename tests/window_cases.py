@@ -21,10 +21,10 @@ T0 = datetime(2026, 1, 1)
 WINDOW_SQL = """
     SELECT o.id AS oid, c.id AS cid, o.ts AS ots, c.ts AS cts, u.name AS uname, p.title AS ptitle
     FROM o
-    JOIN c ON c.user_id = o.user_id AND c.ts BETWEEN o.ts - INTERVAL '{lo}' SECOND AND o.ts + INTERVAL '{hi}' SECOND
+    {jw} JOIN c ON c.user_id = o.user_id
+        AND c.ts BETWEEN o.ts - INTERVAL '{lo}' SECOND AND o.ts + INTERVAL '{hi}' SECOND AND c.kind <> 0
     {j0} JOIN users u ON u.uid = o.user_id
     {j1} JOIN pages p ON p.pid = c.page
-    WHERE c.kind <> 0
 """
 
 
@@ -59,7 +59,9 @@ def _stream(rng: np.random.Generator, n: int, lateness: int, late_frac: float, u
     )
 
 
-def window_case(seed: int, kinds: tuple[str, str], late_frac: float = 0.0, n: int = 80) -> WindowCase:
+def window_case(
+    seed: int, kinds: tuple[str, str], late_frac: float = 0.0, n: int = 80, window_kind: str = "inner"
+) -> WindowCase:
     rng = np.random.default_rng(seed)
     lateness = int(rng.integers(0, 8))
     lo, hi = int(rng.integers(0, 15)), int(rng.integers(0, 15))
@@ -112,10 +114,15 @@ def window_case(seed: int, kinds: tuple[str, str], late_frac: float = 0.0, n: in
             lower=timedelta(seconds=lo),
             upper=timedelta(seconds=hi),
             lateness=timedelta(seconds=lateness),
+            kind=window_kind,  # type: ignore[arg-type]
         ),
     )
     sql = WINDOW_SQL.format(
-        lo=lo, hi=hi, j0="" if kinds[0] == "inner" else "LEFT", j1="" if kinds[1] == "inner" else "LEFT"
+        jw="" if window_kind == "inner" else "LEFT",
+        lo=lo,
+        hi=hi,
+        j0="" if kinds[0] == "inner" else "LEFT",
+        j1="" if kinds[1] == "inner" else "LEFT",
     )
     return WindowCase(spec, sql, batches, masters, lateness)
 

@@ -48,7 +48,7 @@ def _edge(master: str, kind: str, eqs: list[Equality], joined: set[str]) -> Join
     )
 
 
-def _window(q: LogicalQuery, stream: str, second: str, eqs: list[Equality], lateness: float) -> StreamWindow:
+def _window(q: LogicalQuery, stream: str, second: str, eqs: list[Equality], lateness: float, kind: str) -> StreamWindow:
     """Return the window joining stream ``second`` with ``stream``: its band and the equalities between the two."""
     bands = [b for b in q.bands if b.aliases == {stream, second}]
     if len(bands) != 1 or len(q.bands) != 1:
@@ -77,6 +77,7 @@ def _window(q: LogicalQuery, stream: str, second: str, eqs: list[Equality], late
         lower=band.lower,
         upper=band.upper,
         lateness=off,
+        kind="left" if kind == "left" else "inner",
     )
 
 
@@ -107,16 +108,26 @@ def compile_query(q: LogicalQuery, streams: Collection[str], lateness: float = 0
     prefix = set(order[:first_left])
     if stream not in prefix:
         raise ConfigError(f"the stream {stream!r} must be on the preserved side of every LEFT JOIN")
-    if second is not None and second not in prefix:
-        raise ConfigError(f"the second stream {second!r} must be joined (inner) before the first LEFT JOIN")
     step_of = {s.alias: s for s in q.steps}
+    left_window = second is not None and second in step_of and step_of[second].kind == "left"
+    if second is not None and second not in prefix and not (left_window and order[first_left] == second):
+        raise ConfigError(
+            f"the second stream {second!r} must be joined before the first LEFT JOIN, or by the first LEFT JOIN"
+        )
     # inner equalities of the prefix: ON clauses of its inner joins and WHERE
     pending = [eq for a in order[1:first_left] for eq in step_of[a].on]
     pending += [eq for eq in q.where_equalities if eq.aliases <= prefix]
     window = None
     if second is not None:
-        between = [eq for eq in pending if eq.aliases == {stream, second}]
-        window = _window(q, stream, second, between, lateness)
+        src = list(step_of[second].on) if left_window else pending
+        between = [eq for eq in src if eq.aliases == {stream, second}]
+        if left_window and len(between) < len(src):
+            extra = next(eq for eq in src if eq not in between)
+            raise ConfigError(
+                f"{_line(extra)}the ON clause of the LEFT window join of {second!r} may only compare it "
+                f"with the stream {stream!r}: {extra.text}"
+            )
+        window = _window(q, stream, second, between, lateness, "left" if left_window else "inner")
         pending = [eq for eq in pending if eq not in between]
     later_where: dict[str, list[Equality]] = {}
     for eq in q.where_equalities:
@@ -125,7 +136,7 @@ def compile_query(q: LogicalQuery, streams: Collection[str], lateness: float = 0
             later_where.setdefault(last, []).append(eq)
     joined = {stream} if second is None else {stream, second}
     edges: list[JoinEdge] = []
-    while len(joined) < len(prefix):
+    while not prefix <= joined:
         frontier = [a for a in order if a in prefix and a not in joined]
         nxt = next((a for a in frontier if any(a in eq.aliases and eq.other(a)[0] in joined for eq in pending)), None)
         if nxt is None:
@@ -144,6 +155,8 @@ def compile_query(q: LogicalQuery, streams: Collection[str], lateness: float = 0
                 "the multi-way operator joins along a tree"
             )
     for alias in order[first_left:]:
+        if alias == second:
+            continue
         step = step_of[alias]
         eqs = list(step.on) + later_where.get(alias, [])
         if not eqs:

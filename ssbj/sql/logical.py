@@ -100,7 +100,7 @@ class LogicalQuery:
     filter_text: dict[str, str]
     filter_columns: dict[str, tuple[str, ...]]
     output: tuple[OutputColumn, ...]
-    bands: tuple[Band, ...] = ()  # event-time windows (ON clauses of inner joins)
+    bands: tuple[Band, ...] = ()  # event-time windows (ON clauses)
 
     def input(self, alias: str) -> Input:
         """Return the input named ``alias``."""
@@ -297,8 +297,6 @@ def parse_query(text: str, schemas: Mapping[str, pa.Schema]) -> LogicalQuery:
                 filters.setdefault(target, []).append(pred)
                 continue
             if isinstance(pred, exp.Between) and len(refs) == 2:
-                if kind == "left":
-                    raise ConfigError(f"{where(pred)}a window in the ON clause of a LEFT JOIN is not supported")
                 bands.append(parse_band(pred, res.resolve, lambda a: res.by_alias[a].schema))
                 continue
             eq = _equality(pred, res, refs)

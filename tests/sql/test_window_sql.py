@@ -81,8 +81,18 @@ BAD = [
         "needs an equality c.x = o.y",
     ),
     (
-        "SELECT o.id FROM orders o LEFT JOIN clicks c ON c.user_id = o.user_id AND c.ts BETWEEN o.ts AND o.ts",
-        "LEFT JOIN is not supported",
+        "SELECT o.id FROM orders o LEFT JOIN pages p ON p.pid = o.n "
+        "LEFT JOIN clicks c ON c.user_id = o.user_id AND c.ts BETWEEN o.ts AND o.ts",
+        "or by the first LEFT JOIN",
+    ),
+    (
+        "SELECT o.id FROM orders o JOIN pages p ON p.pid = o.n "
+        "LEFT JOIN clicks c ON c.user_id = o.user_id AND c.page = p.pid AND c.ts BETWEEN o.ts AND o.ts",
+        "may only compare it with the stream 'o'",
+    ),
+    (
+        "SELECT o.id FROM orders o JOIN clicks c ON c.user_id = o.user_id WHERE c.ts BETWEEN o.ts AND o.ts",
+        "non-equi join predicate is not supported",
     ),
 ]
 
@@ -103,12 +113,17 @@ def test_window_needs_two_streams_and_at_most_two() -> None:
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), kinds=st.tuples(*[st.sampled_from(["inner", "left"])] * 2))
-def test_compiled_window_query_equals_duckdb(seed: int, kinds: tuple[str, str]) -> None:
-    case = window_case(seed, kinds)
+@given(
+    seed=st.integers(0, 10_000),
+    kinds=st.tuples(*[st.sampled_from(["inner", "left"])] * 2),
+    window_kind=st.sampled_from(["inner", "left"]),
+)
+def test_compiled_window_query_equals_duckdb(seed: int, kinds: tuple[str, str], window_kind: str) -> None:
+    case = window_case(seed, kinds, window_kind=window_kind)
     schemas = {a: pa.concat_tables([b for x, b in case.batches if x == a]).schema for a in "oc"}
     schemas.update({n: t.schema for n, t in case.masters.items()})
     spec = compile_sql(case.sql, schemas, {"o", "c"}, lateness=case.lateness)
+    assert spec.window is not None and spec.window.kind == window_kind
     compiled = WindowCase(spec, case.sql, case.batches, case.masters, case.lateness)
     out, op = run_window(compiled, 1 << 24, {4}, partition_rows=2)
     assert multiset(out) == duckdb_answer(case)
@@ -116,7 +131,7 @@ def test_compiled_window_query_equals_duckdb(seed: int, kinds: tuple[str, str]) 
 
 
 def test_cli_query_replays_both_streams(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    case = window_case(3, ("inner", "left"), n=150)
+    case = window_case(3, ("inner", "left"), n=150, window_kind="left")
     args = ["query", "--sql", str(tmp_path / "q.sql"), "--memory", "16MB", "--batch-rows", "7"]
     (tmp_path / "q.sql").write_text(case.sql)
     for a in "oc":

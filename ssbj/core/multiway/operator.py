@@ -80,7 +80,7 @@ class MultiWayJoin:
         if spec.window is not None and track_sources:
             raise ConfigError("multi-way join: source-row tracking is not supported with a window join")
         # a second stream joined within an event-time window (window.py); its rows wait in self.store
-        self.window = WindowState(spec, late_sink) if spec.window is not None else None
+        self.window = WindowState(spec, self._need[spec.window.stream], late_sink) if spec.window is not None else None
         self._src = qual(spec.stream, SOURCE_COLUMN)
         if self.ledger is not None:
             self._need[spec.stream] = [*self._need[spec.stream], SOURCE_COLUMN]
@@ -185,11 +185,11 @@ class MultiWayJoin:
         """The probe order rows entering now follow."""
         return self.orders[-1]
 
-    def process(self, batch: pa.Table | pa.RecordBatch, stream: str | None = None) -> pa.Table:
+    def process(self, batch: pa.Table | pa.RecordBatch, stream: str | None = None, *, end: bool = False) -> pa.Table:
         """One step: admit ``batch`` (may be empty), scan one partition of each waited-on master.
 
         ``stream`` names the stream the batch is of (default: ``spec.stream``); with a window
-        join, batches of either stream.
+        join, batches of either stream; ``end``: both streams have ended, release the kept rows.
         """
         t0 = time.perf_counter()
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
@@ -203,8 +203,7 @@ class MultiWayJoin:
             side = self.window.side_of(alias)
             rows = self.window.conform(side, prepare_input(table, alias, self._need[alias], self.spec))
             self.counters["tuples_filtered"] += n - rows.num_rows
-            pairs = self.window.admit(side, rows, self.store, self._new_chunk_id, self._fit_store)
-            if pairs is not None:
+            for pairs in self.window.admit(side, rows, self.store, self._new_chunk_id, self._fit_store):
                 self._admit_rows(pairs, out)
         elif table.num_rows:
             n = table.num_rows
@@ -218,6 +217,9 @@ class MultiWayJoin:
             rows = prepare_input(table, self.spec.stream, self._need[self.spec.stream], self.spec)
             self.counters["tuples_filtered"] += n - rows.num_rows
             self._admit_rows(rows, out)
+        if end and self.window is not None:  # no row comes any more: kept rows can match nothing
+            for rows in self.window.release(self.store):
+                self._admit_rows(rows, out)
         for p in self.edges:
             if not p.held and self._chunks[p.index]:
                 self._scan(p, out)
@@ -267,10 +269,10 @@ class MultiWayJoin:
 
     def drain(self) -> Iterator[pa.Table]:
         """End of a bounded input: step until no row waits."""
+        if self.window is not None and self.window.waiting_rows:
+            yield self.process(pa.table({}), end=True)
         while any(self._chunks.values()):
             yield self.process(pa.table({}))
-        if self.window is not None:  # no row comes any more: the kept rows can match nothing
-            self.window.release(self.store)
 
     # ------------------------------------------------------------------ joining
     def _route(self, table: pa.Table, oid: int, pos: int, out: list[pa.Table]) -> None:

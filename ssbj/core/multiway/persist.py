@@ -61,10 +61,13 @@ def save(op: MultiWayJoin, store: DirectoryStore, cid: int, meta: dict[str, Any]
         for side, kept in enumerate(op.window.chunks):
             for wc in kept:
                 name = f"mw-chunk-{wc.id}.arrow"
+                kept, matched = op.store.get(op.window.edge(side), wc.id)
                 if wc.id not in op._persisted or not store.exists(name):
-                    store.write_table(name, op.store.get(op.window.edge(side), wc.id)[0])
+                    store.write_table(name, kept)
                     op._persisted.add(wc.id)
                 files.append(name)
+                if matched is not None:  # a left window's first-stream rows
+                    flags[f"w{wc.id}"] = matched
         for side, schema in enumerate(op.window.schemas):
             if schema is not None:
                 name = f"mw-window-schema-{side}-{cid}.arrow"
@@ -170,5 +173,7 @@ def load(op: MultiWayJoin, store: DirectoryStore, cid: int | None) -> None:
         op._fit_store()
         for side, kept in enumerate(op.window.chunks):
             for wc in kept:
-                op.store.put(op.window.edge(side), wc.id, store.read_table(f"mw-chunk-{wc.id}.arrow"), None)
+                f = flags.get(f"w{wc.id}")
+                matched = None if f is None else np.asarray(f, dtype=bool)
+                op.store.put(op.window.edge(side), wc.id, store.read_table(f"mw-chunk-{wc.id}.arrow"), matched)
                 op._persisted.add(wc.id)

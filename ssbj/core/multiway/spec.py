@@ -54,7 +54,7 @@ TimeOffset = int | timedelta  # int for integer event-time columns, timedelta fo
 
 @dataclass(frozen=True)
 class StreamWindow:
-    """A second stream joined with the first within an event-time band (inner join).
+    """A second stream joined with the first within an event-time band (inner or left join).
 
     ``<stream>.<keys> = <first>.<probe_keys> AND <stream>.<time> BETWEEN <first>.<probe_time> - lower
     AND <first>.<probe_time> + upper``. A row is late when its time is below its stream's
@@ -70,6 +70,7 @@ class StreamWindow:
     lower: TimeOffset
     upper: TimeOffset
     lateness: TimeOffset = 0
+    kind: JoinKind = "inner"  # left: a first-stream row without a match leaves NULL-extended when its window closes
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class MultiWaySpec:
         if w is not None:
             if not w.keys or len(w.keys) != len(w.probe_keys):
                 raise ConfigError("multi-way join: the window join needs equal, non-empty key column lists")
+            if w.kind not in ("inner", "left"):
+                raise ConfigError(f"multi-way join: window join kind must be inner or left, got {w.kind!r}")
             offsets = (w.lower, w.upper, w.lateness)
             kinds = {isinstance(o, timedelta) for o in offsets}
             if len(kinds) > 1 or any(isinstance(o, bool) for o in offsets):

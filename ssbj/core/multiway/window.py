@@ -74,11 +74,13 @@ def event_times(col: pa.ChunkedArray | pa.Array, offsets_are_time: bool) -> tupl
 class WindowState:
     """The two streams' kept rows, watermarks and counters; rows live in ``store`` (edges -1, -2)."""
 
-    def __init__(self, spec: MultiWaySpec, late_sink: LateSink | None = None) -> None:
+    def __init__(self, spec: MultiWaySpec, second_columns: list[str], late_sink: LateSink | None = None) -> None:
         w = spec.window
         if w is None:
             raise ConfigError("multi-way join: the spec has no window")
         self.spec = spec
+        self.left = w.kind == "left"  # first stream's rows without a match go on NULL-extended
+        self.second_columns = [qual(w.stream, c) for c in second_columns]
         self.aliases = (spec.stream, w.stream)
         self.keys = ([qual(spec.stream, c) for c in w.probe_keys], [qual(w.stream, c) for c in w.keys])
         self.times = (qual(spec.stream, w.probe_time), qual(w.stream, w.time))
@@ -94,6 +96,7 @@ class WindowState:
             "window_unmatchable": 0,
             "window_pairs": 0,
             "window_evicted_rows": 0,
+            "window_null_extended": 0,
         }
 
     @staticmethod
@@ -132,8 +135,12 @@ class WindowState:
 
     def admit(
         self, side: int, rows: pa.Table, store: Any, new_chunk: Callable[[], int], fit: Callable[[], None]
-    ) -> pa.Table | None:
-        """Join ``rows`` of one stream with the other's kept rows, keep them; return the joined rows (or None)."""
+    ) -> list[pa.Table]:
+        """Join ``rows`` of one stream with the other's kept rows, keep them; return the joined rows.
+
+        On a left window, rows of the first stream are kept whatever their key (a NULL never
+        matches) and leave NULL-extended when evicted without a match.
+        """
         rows = rows.combine_chunks()
         self.counters["window_rows_in"] += rows.num_rows
         t, valid = event_times(rows.column(self.times[side]), self.is_time)
@@ -153,32 +160,59 @@ class WindowState:
             top = int(t[on_time].max())
             m = self.max_time[side]
             self.max_time[side] = top if m is None else max(m, top)
-        out = None
+        out: list[pa.Table] = []
+        if self.left and side == 0:
+            self.counters["window_unmatchable"] -= int((~ok & ~late).sum())  # they leave NULL-extended
+            live = ~late
         if live.any():
             keep = rows.filter(pa.array(live))
-            out = self._probe(side, keep, t[live], store)
+            tk, vk = t[live], valid[live]
+            matched = np.zeros(keep.num_rows, bool) if self.left and side == 0 else None
+            pairs = self._probe(side, keep, tk, vk, matched, store)
+            if pairs is not None:
+                out.append(pairs)
             fit()
             cid = new_chunk()
-            store.put(self.edge(side), cid, keep, None)
-            self.chunks[side].append(WindowChunk(cid, side, int(t[live].max()), keep.num_rows))
-        self._evict(store)
+            store.put(self.edge(side), cid, keep, matched)
+            tmax = int(tk[vk].max()) if vk.any() else np.iinfo(np.int64).min // 2
+            self.chunks[side].append(WindowChunk(cid, side, tmax, keep.num_rows))
+        out += self._evict(store)
         return out
 
-    def _probe(self, side: int, new: pa.Table, tn: np.ndarray, store: Any) -> pa.Table | None:
+    def _null_extended(self, table: pa.Table, matched: np.ndarray | None) -> list[pa.Table]:
+        """First-stream rows that met no row of the second, its columns NULL (left window only)."""
+        if matched is None or matched.all():
+            return []
+        rows = table.filter(pa.array(~matched))
+        s = self.schemas[1]
+        for c in self.second_columns:
+            rows = rows.append_column(c, pa.nulls(rows.num_rows, s.field(c).type if s is not None else pa.null()))
+        self.counters["window_null_extended"] += rows.num_rows
+        return [rows]
+
+    def _probe(
+        self, side: int, new: pa.Table, tn: np.ndarray, vn: np.ndarray, matched: np.ndarray | None, store: Any
+    ) -> pa.Table | None:
         other = 1 - side
         idx = KeyIndex([new.column(c) for c in self.keys[side]])
         parts = []
         for ch in self.chunks[other]:
-            kept, _ = store.get(self.edge(other), ch.id)
+            kept, flags = store.get(self.edge(other), ch.id)
             li, ri = idx.match([kept.column(c) for c in self.keys[other]])
             if not len(li):
                 continue
-            tk, _ = event_times(kept.column(self.times[other]), self.is_time)
+            tk, vk = event_times(kept.column(self.times[other]), self.is_time)
             ta, tb = (tn[ri], tk[li]) if side == 0 else (tk[li], tn[ri])
-            band = (tb >= ta - self.lower) & (tb <= ta + self.upper)
+            band = (tb >= ta - self.lower) & (tb <= ta + self.upper) & vn[ri] & vk[li]
             if not band.any():
                 continue
             li, ri = li[band], ri[band]
+            if matched is not None:
+                matched[ri] = True
+            if flags is not None and not flags[li].all():
+                flags = flags.copy()
+                flags[li] = True
+                store.set_matched(self.edge(other), ch.id, flags)
             a, b = (new.take(ri), kept.take(li)) if side == 0 else (kept.take(li), new.take(ri))
             for name, col in zip(b.column_names, b.columns, strict=True):
                 a = a.append_column(name, col)
@@ -189,8 +223,9 @@ class WindowState:
         self.counters["window_pairs"] += out.num_rows
         return out
 
-    def _evict(self, store: Any) -> None:
-        """Drop chunks no on-time row of the other stream can match any more."""
+    def _evict(self, store: Any) -> list[pa.Table]:
+        """Drop chunks no on-time row of the other stream can match any more; return NULL-extended rows."""
+        out: list[pa.Table] = []
         bounds = (self.upper, self.lower)  # a: t + upper < wm(b); b: s + lower < wm(a)
         for side in (0, 1):
             wm = self.watermark(1 - side)
@@ -199,11 +234,13 @@ class WindowState:
             still = []
             for ch in self.chunks[side]:
                 if ch.tmax + bounds[side] < wm:
+                    out += self._null_extended(*store.get(self.edge(side), ch.id))
                     store.delete(self.edge(side), ch.id)
                     self.counters["window_evicted_rows"] += ch.rows
                 else:
                     still.append(ch)
             self.chunks[side] = still
+        return out
 
     # ------------------------------------------------------------------ checkpoint
     def state(self) -> dict[str, Any]:
@@ -225,13 +262,16 @@ class WindowState:
             self.chunks[ch.side].append(ch)
         self.schemas = schemas
 
-    def release(self, store: Any) -> None:
-        """End of both inputs: drop every kept row (an inner join has nothing left to emit)."""
+    def release(self, store: Any) -> list[pa.Table]:
+        """End of both inputs: drop every kept row; return the first stream's unmatched ones NULL-extended (left)."""
+        out: list[pa.Table] = []
         for side in (0, 1):
             for ch in self.chunks[side]:
+                out += self._null_extended(*store.get(self.edge(side), ch.id))
                 store.delete(self.edge(side), ch.id)
                 self.counters["window_evicted_rows"] += ch.rows
             self.chunks[side] = []
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Counters, rows kept and watermarks, for the operator's stats."""

@@ -32,11 +32,18 @@ KINDS = st.tuples(*[st.sampled_from(["inner", "left"])] * 2)
     partition_rows=st.integers(1, 4),
     restarts=st.sets(st.integers(1, 25), max_size=3),
     store=st.sampled_from(["memory", "lsm-spill"]),
+    window_kind=st.sampled_from(["inner", "left"]),
 )
 def test_window_equals_duckdb(
-    seed: int, kinds: tuple[str, str], hold: tuple[bool, bool], partition_rows: int, restarts: set[int], store: str
+    seed: int,
+    kinds: tuple[str, str],
+    hold: tuple[bool, bool],
+    partition_rows: int,
+    restarts: set[int],
+    store: str,
+    window_kind: str,
 ) -> None:
-    case = window_case(seed, kinds)
+    case = window_case(seed, kinds, window_kind=window_kind)
     factory = (
         (lambda: LsmStore(memtable_bytes=64 << 10, block_cache_bytes=0, spill_all=True)) if store != "memory" else None
     )
@@ -53,9 +60,13 @@ def test_window_equals_duckdb(
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), restarts=st.sets(st.integers(1, 25), max_size=2))
-def test_late_rows_are_counted_and_handed_over(seed: int, restarts: set[int]) -> None:
-    case = window_case(seed, ("inner", "left"), late_frac=0.2)
+@given(
+    seed=st.integers(0, 10_000),
+    restarts=st.sets(st.integers(1, 25), max_size=2),
+    window_kind=st.sampled_from(["inner", "left"]),
+)
+def test_late_rows_are_counted_and_handed_over(seed: int, restarts: set[int], window_kind: str) -> None:
+    case = window_case(seed, ("inner", "left"), late_frac=0.2, window_kind=window_kind)
     late: list[tuple[str, pa.Table]] = []
     out, op = run_window(case, 1 << 24, restarts, late_sink=lambda a, t: late.append((a, t)))
     want = late_rows(case)
@@ -67,13 +78,15 @@ def test_late_rows_are_counted_and_handed_over(seed: int, restarts: set[int]) ->
     assert multiset(out) == duckdb_answer(case, without=want)
 
 
-def test_restore_equals_uninterrupted_run() -> None:
-    case = window_case(11, ("inner", "inner"), n=200)
+@pytest.mark.parametrize("window_kind", ["inner", "left"])
+def test_restore_equals_uninterrupted_run(window_kind: str) -> None:
+    case = window_case(11, ("inner", "inner"), n=200, window_kind=window_kind)
     plain, _ = run_window(case, 1 << 24, set())
     cut, op = run_window(case, 1 << 24, {3, 7, 8, 20})
     assert multiset(plain) == multiset(cut) == duckdb_answer(case)
     assert multiset(plain)  # the case has matches
     assert op.stats()["window_pairs"] > 0
+    assert (op.stats()["window_null_extended"] > 0) == (window_kind == "left")
 
 
 def test_kept_rows_are_evicted_and_counted_in_memory() -> None:
