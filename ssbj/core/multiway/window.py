@@ -8,8 +8,11 @@ checkpointed with it), until the other stream's watermark passes the end of thei
 The watermark of a stream is the largest event time seen in it before the current batch
 minus ``lateness``; a row below its own stream's watermark is late: counted and handed to
 ``late_sink`` (never joined, never silently dropped). Rows with a NULL key or time can
-never match (inner join): counted as ``window_unmatchable``. Kept rows are evicted a whole
-chunk at a time, so a kept row may outlive its window; the band test is exact either way.
+never match: on an inner window they are counted as ``window_unmatchable`` and not kept.
+On a left window the first stream's rows carry matched flags (like a left edge's chunks)
+and leave NULL-extended when evicted without a match, or at the end of the input. Kept
+rows are evicted a whole chunk at a time, so a kept row may outlive its window; the band
+test is exact either way.
 
 Why this equals the batch join over the non-late rows: a pair is found by whichever row
 arrives second, as long as the first is still kept, and a chunk is evicted only when no
