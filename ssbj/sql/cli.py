@@ -101,6 +101,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def describe(spec: MultiWaySpec) -> str:
     """Describe the join tree of a spec, one edge per line."""
     lines = [f"stream {spec.stream} [{', '.join(spec.stream_columns)}]"]
+    w = spec.window
+    if w is not None:
+        keys = " AND ".join(f"{w.stream}.{k} = {spec.stream}.{p}" for k, p in zip(w.keys, w.probe_keys, strict=True))
+        lines.append(
+            f"  {w.kind.upper()} WINDOW stream {w.stream} ON {keys} AND {w.stream}.{w.time} BETWEEN "
+            f"{spec.stream}.{w.probe_time} - {w.lower} AND {spec.stream}.{w.probe_time} + {w.upper} "
+            f"(lateness {w.lateness}) [{', '.join(w.columns)}]"
+        )
     for e in spec.edges:
         m = spec.master(e.master)
         keys = ", ".join(

@@ -130,9 +130,9 @@ def test_compiled_window_query_equals_duckdb(seed: int, kinds: tuple[str, str], 
     assert op.stats()["window_late"] == 0
 
 
-def test_cli_query_replays_both_streams(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    case = window_case(3, ("inner", "left"), n=150, window_kind="left")
-    args = ["query", "--sql", str(tmp_path / "q.sql"), "--memory", "16MB", "--batch-rows", "7"]
+def _files(case: WindowCase, tmp_path: Path) -> list[str]:
+    """The case's SQL and inputs as files; the ``--sql``/``--stream``/``--master`` arguments."""
+    args = ["--sql", str(tmp_path / "q.sql")]
     (tmp_path / "q.sql").write_text(case.sql)
     for a in "oc":
         pq.write_table(pa.concat_tables([b for x, b in case.batches if x == a]), tmp_path / f"{a}.parquet")
@@ -140,6 +140,18 @@ def test_cli_query_replays_both_streams(tmp_path: Path, capsys: pytest.CaptureFi
     for name, t in case.masters.items():
         pq.write_table(t, tmp_path / f"{name}.parquet")
         args += ["--master", f"{name}={tmp_path / f'{name}.parquet'}"]
+    return args
+
+
+def test_cli_explain_shows_the_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case = window_case(3, ("inner", "left"), n=20, window_kind="left")
+    assert main(["explain", *_files(case, tmp_path)]) == 0
+    assert "LEFT WINDOW stream c ON c.user_id = o.user_id AND c.ts BETWEEN o.ts - " in capsys.readouterr().out
+
+
+def test_cli_query_replays_both_streams(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case = window_case(3, ("inner", "left"), n=150, window_kind="left")
+    args = ["query", *_files(case, tmp_path), "--memory", "16MB", "--batch-rows", "7"]
     out = tmp_path / "out.parquet"
     assert main([*args, "--lateness", str(case.lateness), "--out", str(out)]) == 0
     assert "0 late rows" in capsys.readouterr().out
