@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ssbj.core.multiway import run_query
@@ -25,6 +26,7 @@ from ssbj.core.multiway.spec import MultiWaySpec
 from ssbj.errors import ConfigError, InputError
 from ssbj.files import check_output, file_format, open_stream, read_schema, read_table
 from ssbj.sql.compile import compile_sql
+from ssbj.sql.logical import parse_query
 from ssbj.sql.parse import parse_schema_ddl
 from ssbj.sql.plan import build_plan, render
 from ssbj.sql.tsc import check_conversion, convert
@@ -99,6 +101,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def describe(spec: MultiWaySpec) -> str:
     """Describe the join tree of a spec, one edge per line."""
     lines = [f"stream {spec.stream} [{', '.join(spec.stream_columns)}]"]
+    w = spec.window
+    if w is not None:
+        keys = " AND ".join(f"{w.stream}.{k} = {spec.stream}.{p}" for k, p in zip(w.keys, w.probe_keys, strict=True))
+        lines.append(
+            f"  {w.kind.upper()} WINDOW stream {w.stream} ON {keys} AND {w.stream}.{w.time} BETWEEN "
+            f"{spec.stream}.{w.probe_time} - {w.lower} AND {spec.stream}.{w.probe_time} + {w.upper} "
+            f"(lateness {w.lateness}) [{', '.join(w.columns)}]"
+        )
     for e in spec.edges:
         m = spec.master(e.master)
         keys = ", ".join(
@@ -128,8 +138,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
     text = _read_sql(args.sql)
     streams = _named(args.stream, "--stream", need_file=True)
     masters = _named(args.master, "--master", need_file=True)
-    if len(streams) != 1:
-        raise ConfigError(f"give exactly one --stream NAME=FILE (got {len(streams)})")
+    if len(streams) not in (1, 2):
+        raise ConfigError(f"give one --stream NAME=FILE, or two joined within a window (got {len(streams)})")
     both = set(streams) & set(masters)
     if both:
         raise ConfigError(f"{', '.join(sorted(both))} named both as --stream and --master")
@@ -140,22 +150,30 @@ def _cmd_query(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_output(out, paths.values())
     schemas = {name: read_schema(path, roles[name]) for name, path in paths.items()}
-    spec = compile_sql(text, schemas, streams=set(streams))
+    spec = compile_sql(text, schemas, streams=set(streams), lateness=args.lateness)
     unused = sorted(set(masters) - {m.table for m in spec.masters})
     if unused:
         raise ConfigError(f"--master {', '.join(unused)} not used by the query")
 
-    stream_name = next(iter(streams))
+    alias_of = {i_table: alias for alias, i_table in _stream_tables(spec, text, schemas, set(streams)).items()}
     needed: dict[str, list[str]] = {}
     for m in spec.masters:
         cols = needed.setdefault(m.table, [])
         cols += [c for c in m.columns if c not in cols]
     tables = {m.table: read_table(paths[m.table], "master", cols) for m in spec.masters for cols in [needed[m.table]]}
-    feed = open_stream(paths[stream_name], spec.stream_columns, args.batch_rows)
-    aliases = {spec.stream: stream_name, **{m.alias: m.table for m in spec.masters}}
+    feeds: dict[str, Iterator[pa.Table]] = {}
+    for name, alias in alias_of.items():
+        w = spec.window
+        stream_cols = spec.stream_columns if alias == spec.stream or w is None else w.columns
+        feeds[alias] = open_stream(paths[name], stream_cols, args.batch_rows)
+    time_cols = (
+        {} if spec.window is None else {spec.stream: spec.window.probe_time, spec.window.stream: spec.window.time}
+    )
+    feed = interleave(feeds, time_cols) if spec.window is not None else feeds[spec.stream]
+    aliases = {**{a: n for n, a in alias_of.items()}, **{m.alias: m.table for m in spec.masters}}
     schema = _output_schema(spec, schemas, aliases)
     stats: dict[str, Any] = {}
-    rows = _write(run_query(spec, feed, tables, budget, stats if args.stats else None), schema, out)
+    rows = _write(run_query(spec, feed, tables, budget, stats), schema, out)
     wall = time.perf_counter() - t_start
     if args.stats:
         report = {
@@ -169,8 +187,38 @@ def _cmd_query(args: argparse.Namespace) -> int:
         }
         print(json.dumps(report, indent=2, default=str))
     else:
-        print(f"ssbj query: {rows:,} rows in {out}; {wall:.2f} s")
+        late = f"; {stats['window_late']:,} late rows not joined" if spec.window is not None else ""
+        print(f"ssbj query: {rows:,} rows in {out}; {wall:.2f} s{late}")
     return 0
+
+
+def _stream_tables(spec: MultiWaySpec, text: str, schemas: Mapping[str, pa.Schema], names: set[str]) -> dict[str, str]:
+    """Stream alias -> the name (file) it is read by."""
+    q = parse_query(text, schemas)
+    return {i.alias: i.table for i in q.inputs if i.alias in spec.streams and i.table in names}
+
+
+def interleave(feeds: Mapping[str, Iterator[pa.Table]], time_cols: Mapping[str, str]) -> Iterator[tuple[str, pa.Table]]:
+    """Batches of several streams as (alias, batch), the one with the earliest first event time first."""
+    heads: dict[str, pa.Table] = {}
+    for alias, it in feeds.items():
+        b = next(it, None)
+        if b is not None:
+            heads[alias] = b
+
+    def first_time(alias: str) -> Any:
+        col = heads[alias].column(time_cols[alias])
+        t = pc.min(col.cast(pa.int64()) if not pa.types.is_integer(col.type) else col).as_py()
+        return (t is not None, t if t is not None else 0)
+
+    while heads:
+        alias = min(heads, key=first_time)
+        yield alias, heads[alias]
+        b = next(feeds[alias], None)
+        if b is None:
+            del heads[alias]
+        else:
+            heads[alias] = b
 
 
 def _write(results: Iterator[pa.Table], schema: pa.Schema, out: Path) -> int:
@@ -217,7 +265,18 @@ def add_sql_commands(sub: Any) -> None:
         ),
     )
     query.add_argument("--sql", required=True, help="file holding the SELECT")
-    query.add_argument("--stream", action="append", required=True, help="the stream: NAME=FILE (.parquet or .csv)")
+    query.add_argument(
+        "--stream",
+        action="append",
+        required=True,
+        help="the stream: NAME=FILE (.parquet or .csv); twice for two streams joined within a window",
+    )
+    query.add_argument(
+        "--lateness",
+        type=float,
+        default=0.0,
+        help="allowed lateness of a window join's streams (seconds; units of an integer time column)",
+    )
     query.add_argument("--master", action="append", help="a master table: NAME=FILE (repeatable)")
     query.add_argument("--memory", required=True, help="memory budget (e.g. 64MB, 1GiB)")
     query.add_argument("--out", required=True, help="output Parquet file")

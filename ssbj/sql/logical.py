@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from ssbj.core.multiway.spec import OutputColumn
 from ssbj.errors import ConfigError
 from ssbj.sql._sqlglot import exp, simplify
+from ssbj.sql.band import FORM, Band, parse_band
 from ssbj.sql.filters import to_arrow
 from ssbj.sql.parse import from_clause, line_of, parse_script, where
 
@@ -99,6 +100,7 @@ class LogicalQuery:
     filter_text: dict[str, str]
     filter_columns: dict[str, tuple[str, ...]]
     output: tuple[OutputColumn, ...]
+    bands: tuple[Band, ...] = ()  # event-time windows (ON clauses)
 
     def input(self, alias: str) -> Input:
         """Return the input named ``alias``."""
@@ -218,7 +220,10 @@ def _equality(pred: Any, res: _Resolver, aliases: set[str]) -> Equality:
         return Equality(res.resolve(pred.this), res.resolve(pred.expression), line_of(pred), text)
     if isinstance(pred, exp.EQ):
         raise ConfigError(f"{where(pred)}join predicate over expressions is not supported (only a.x = b.y): {text}")
-    raise ConfigError(f"{where(pred)}non-equi join predicate is not supported: {text}")
+    raise ConfigError(
+        f"{where(pred)}non-equi join predicate is not supported: {text} "
+        f"(a window between two streams is written in ON as {FORM})"
+    )
 
 
 def _output(select: Any, res: _Resolver) -> tuple[OutputColumn, ...]:
@@ -268,6 +273,7 @@ def parse_query(text: str, schemas: Mapping[str, pa.Schema]) -> LogicalQuery:
     filters: dict[str, list[Any]] = {}
     steps: list[Step] = []
     where_eq: list[Equality] = []
+    bands: list[Band] = []
     for pos, (inp, join) in enumerate(srcs[1:], start=1):
         kind = _join_kind(join, inp.alias)
         visible = {i.alias for i in inputs[: pos + 1]}
@@ -289,6 +295,9 @@ def parse_query(text: str, schemas: Mapping[str, pa.Schema]) -> LogicalQuery:
                         f"is not supported: {pred.sql(dialect='duckdb')}"
                     )
                 filters.setdefault(target, []).append(pred)
+                continue
+            if isinstance(pred, exp.Between) and len(refs) == 2:
+                bands.append(parse_band(pred, res.resolve, lambda a: res.by_alias[a].schema))
                 continue
             eq = _equality(pred, res, refs)
             if inp.alias in eq.aliases:
@@ -338,4 +347,4 @@ def parse_query(text: str, schemas: Mapping[str, pa.Schema]) -> LogicalQuery:
     for item in select.expressions:
         _unsupported_inside(item, "the SELECT list")
     output = _output(select, res)
-    return LogicalQuery(tuple(inputs), tuple(steps), tuple(where_eq), arrow, texts, used, output)
+    return LogicalQuery(tuple(inputs), tuple(steps), tuple(where_eq), arrow, texts, used, output, tuple(bands))

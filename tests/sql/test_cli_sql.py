@@ -164,7 +164,7 @@ def test_query_writes_the_select_columns(
     ("change", "message"),
     [
         (lambda a: [x.replace("events=", "events") if x.startswith("events=") else x for x in a], "bad --stream"),
-        (lambda a: [*a, "--stream", "other=x.parquet"], "exactly one --stream"),
+        (lambda a: [*a, "--stream", "x=x.parquet", "--stream", "y=y.parquet"], "give one --stream"),
         (lambda a: [*a, "--master", "customer=y.csv"], "--master 'customer' given twice"),
         (lambda a: [x.replace("events.parquet", "missing.parquet") for x in a], "stream file not found"),
         (lambda a: [x.replace("nation.parquet", "q.sql") for x in a], "unsupported file type"),

@@ -81,7 +81,7 @@ COMPILE_BAD = [
     (
         "SELECT o.o_orderkey FROM orders o, customer c WHERE o.o_custkey = c.c_custkey",
         ("orders", "customer"),
-        "joining two streams",
+        "exactly one band predicate",
     ),
     ("SELECT o.o_orderkey FROM orders o, customer c", "orders", "cross join"),
     (

@@ -36,6 +36,7 @@ from ssbj.core.multiway.lineage import SOURCE_COLUMN, SourceLedger
 from ssbj.core.multiway.plan import EdgePlan, build_edges, joined, needed_columns, null_extended, prepare_input, qual
 from ssbj.core.multiway.spec import MultiWaySpec
 from ssbj.core.multiway.store import Chunk, MemoryStore, WaitingStateOverflow, WaitingStore
+from ssbj.core.multiway.window import LateSink, WindowState
 from ssbj.errors import ConfigError, InputError
 
 StoreFactory = Callable[[], WaitingStore]
@@ -61,6 +62,7 @@ class MultiWayJoin:
         cache_share: float = 0.1,
         use_cache: bool = True,
         track_sources: bool = False,
+        late_sink: LateSink | None = None,
     ) -> None:
         if memory_budget <= 0:
             raise ConfigError(f"memory_budget must be > 0 bytes, got {memory_budget}")
@@ -75,6 +77,10 @@ class MultiWayJoin:
         self._need = needed_columns(spec)
         # source-row accounting (lineage.py): every stream row carries its id through the joins
         self.ledger: SourceLedger | None = SourceLedger() if track_sources else None
+        if spec.window is not None and track_sources:
+            raise ConfigError("multi-way join: source-row tracking is not supported with a window join")
+        # a second stream joined within an event-time window (window.py); its rows wait in self.store
+        self.window = WindowState(spec, self._need[spec.window.stream], late_sink) if spec.window is not None else None
         self._src = qual(spec.stream, SOURCE_COLUMN)
         if self.ledger is not None:
             self._need[spec.stream] = [*self._need[spec.stream], SOURCE_COLUMN]
@@ -140,7 +146,8 @@ class MultiWayJoin:
                 if cache is not None:
                     total += max(cache.nbytes(), cache.capacity)
         ledger = self.ledger.nbytes() if self.ledger is not None else 0
-        return total + ledger + 64 * sum(len(c) for c in self._chunks.values())
+        kept = sum(len(c) for c in self.window.chunks) if self.window is not None else 0
+        return total + ledger + 64 * (kept + sum(len(c) for c in self._chunks.values()))
 
     def _fit_store(self) -> None:
         limit = self.budget - self.fixed_bytes()
@@ -178,12 +185,27 @@ class MultiWayJoin:
         """The probe order rows entering now follow."""
         return self.orders[-1]
 
-    def process(self, batch: pa.Table | pa.RecordBatch) -> pa.Table:
-        """One step: admit ``batch`` (may be empty), scan one partition of each waited-on master."""
+    def process(self, batch: pa.Table | pa.RecordBatch, stream: str | None = None, *, end: bool = False) -> pa.Table:
+        """One step: admit ``batch`` (may be empty), scan one partition of each waited-on master.
+
+        ``stream`` names the stream the batch is of (default: ``spec.stream``); with a window
+        join, batches of either stream; ``end``: both streams have ended, release the kept rows.
+        """
         t0 = time.perf_counter()
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         out: list[pa.Table] = []
-        if table.num_rows:
+        alias = self.spec.stream if stream is None else stream
+        if alias not in self.spec.streams:
+            raise InputError(f"multi-way join: {alias!r} is not a stream of this query (streams: {self.spec.streams})")
+        if table.num_rows and self.window is not None:
+            n = table.num_rows
+            self.counters["tuples_in"] += n
+            side = self.window.side_of(alias)
+            rows = self.window.conform(side, prepare_input(table, alias, self._need[alias], self.spec))
+            self.counters["tuples_filtered"] += n - rows.num_rows
+            for pairs in self.window.admit(side, rows, self.store, self._new_chunk_id, self._fit_store):
+                self._admit_rows(pairs, out)
+        elif table.num_rows:
             n = table.num_rows
             if self.ledger is not None:
                 if SOURCE_COLUMN in table.column_names:
@@ -193,16 +215,11 @@ class MultiWayJoin:
                 self.ledger.admitted(ids)
             self.counters["tuples_in"] += n
             rows = prepare_input(table, self.spec.stream, self._need[self.spec.stream], self.spec)
-            if self._stream_schema is None:
-                self._stream_schema = rows.schema
-            elif not rows.schema.equals(self._stream_schema):
-                try:  # later batches in the types of the first (a file's batches may differ in width)
-                    rows = rows.cast(self._stream_schema)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
-                    raise InputError(f"stream batch does not match the first batch's columns: {exc}") from exc
             self.counters["tuples_filtered"] += n - rows.num_rows
-            if rows.num_rows:
-                self._route(rows, len(self.orders) - 1, 0, out)
+            self._admit_rows(rows, out)
+        if end and self.window is not None:  # no row comes any more: kept rows can match nothing
+            for rows in self.window.release(self.store):
+                self._admit_rows(rows, out)
         for p in self.edges:
             if not p.held and self._chunks[p.index]:
                 self._scan(p, out)
@@ -220,6 +237,23 @@ class MultiWayJoin:
         self.busy_seconds += time.perf_counter() - t0
         return result
 
+    def _admit_rows(self, rows: pa.Table, out: list[pa.Table]) -> None:
+        """Route stream rows (with a window: joined pairs) into the master edges."""
+        if self._stream_schema is None:
+            self._stream_schema = rows.schema
+        elif not rows.schema.equals(self._stream_schema):
+            try:  # later batches in the types of the first (a file's batches may differ in width)
+                rows = rows.cast(self._stream_schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                raise InputError(f"stream batch does not match the first batch's columns: {exc}") from exc
+        if rows.num_rows:
+            self._route(rows, len(self.orders) - 1, 0, out)
+
+    def _new_chunk_id(self) -> int:
+        cid = self._next_chunk
+        self._next_chunk += 1
+        return cid
+
     @property
     def waiting_source_rows(self) -> int:
         """Stream rows with rows still waiting (``track_sources``; 0 without it)."""
@@ -235,6 +269,8 @@ class MultiWayJoin:
 
     def drain(self) -> Iterator[pa.Table]:
         """End of a bounded input: step until no row waits."""
+        if self.window is not None and self.window.waiting_rows:
+            yield self.process(pa.table({}), end=True)
         while any(self._chunks.values()):
             yield self.process(pa.table({}))
 
@@ -290,8 +326,7 @@ class MultiWayJoin:
     def _wait(self, p: EdgePlan, table: pa.Table, oid: int, pos: int) -> None:
         table = table.combine_chunks()
         matched = np.zeros(table.num_rows, bool) if p.left else None
-        cid = self._next_chunk
-        self._next_chunk += 1
+        cid = self._new_chunk_id()
         width = table.nbytes / max(table.num_rows, 1)
         self._vs[p.index] = 0.9 * self._vs[p.index] + 0.1 * width if self._vs[p.index] else width
         self._fit_store()
@@ -357,9 +392,9 @@ class MultiWayJoin:
 
     def _out_type(self, col: str) -> pa.DataType:
         alias = col.split(".", 1)[0]
-        if alias == self.spec.stream:
+        if alias in self.spec.streams:
             s = self._stream_schema
-            return s.field(col).type if s is not None else pa.null()
+            return s.field(col).type if s is not None and col in s.names else pa.null()
         for p in self.edges:
             if p.edge.master == alias:
                 return p.master_types[p.master_cols.index(col)]
@@ -404,6 +439,7 @@ class MultiWayJoin:
             ],
             "masters": {p.edge.master: {"held": p.held, "partitions": p.k, "partition_rows": p.b} for p in self.edges},
             "cache_values": {self.edges[i].edge.master: c.admitted for i, c in self.caches.items()},
+            **(self.window.stats() if self.window is not None else {}),
         }
 
     # ------------------------------------------------------------------ checkpoint

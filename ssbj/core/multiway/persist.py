@@ -56,6 +56,24 @@ def save(op: MultiWayJoin, store: DirectoryStore, cid: int, meta: dict[str, Any]
             if matched is not None:
                 flags[f"f{ch.id}"] = matched
             chunks.append(asdict(ch))
+    window: dict[str, Any] | None = None
+    if op.window is not None:
+        for side, kept in enumerate(op.window.chunks):
+            for wc in kept:
+                name = f"mw-chunk-{wc.id}.arrow"
+                kept, matched = op.store.get(op.window.edge(side), wc.id)
+                if wc.id not in op._persisted or not store.exists(name):
+                    store.write_table(name, kept)
+                    op._persisted.add(wc.id)
+                files.append(name)
+                if matched is not None:  # a left window's first-stream rows
+                    flags[f"w{wc.id}"] = matched
+        for side, schema in enumerate(op.window.schemas):
+            if schema is not None:
+                name = f"mw-window-schema-{side}-{cid}.arrow"
+                store.write_table(name, schema.empty_table())
+                files.append(name)
+        window = op.window.state()
     if op.ledger is not None:
         flags.update(op.ledger.arrays())
     fname = f"mw-flags-{cid}.npz"
@@ -93,6 +111,7 @@ def save(op: MultiWayJoin, store: DirectoryStore, cid: int, meta: dict[str, Any]
         "caches": caches,
         "stream_schema": op._stream_schema is not None,
         "meta": meta or {},
+        "window": window,
     }
     store.write_manifest(cid, manifest)
 
@@ -142,3 +161,19 @@ def load(op: MultiWayJoin, store: DirectoryStore, cid: int | None) -> None:
         op.store.put(ch.edge, ch.id, table, None if f is None else np.asarray(f, dtype=bool))
         op._chunks[ch.edge].append(ch)
         op._persisted.add(ch.id)
+    w = m.get("window")
+    if (w is None) != (op.window is None):
+        raise CheckpointError(f"checkpoint {cid} in {store.path} does not match this operator's window join")
+    if op.window is not None and w is not None:
+        schemas = [
+            store.read_table(f"mw-window-schema-{side}-{cid}.arrow").schema if present else None
+            for side, present in enumerate(w["schemas"])
+        ]
+        op.window.load(w, schemas)
+        op._fit_store()
+        for side, kept in enumerate(op.window.chunks):
+            for wc in kept:
+                f = flags.get(f"w{wc.id}")
+                matched = None if f is None else np.asarray(f, dtype=bool)
+                op.store.put(op.window.edge(side), wc.id, store.read_table(f"mw-chunk-{wc.id}.arrow"), matched)
+                op._persisted.add(wc.id)

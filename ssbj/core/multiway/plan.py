@@ -38,6 +38,14 @@ def needed_columns(spec: MultiWaySpec) -> dict[str, list[str]]:
         if col not in need[alias]:
             need[alias].append(col)
 
+    w = spec.window
+    if w is not None:
+        need[w.stream] = list(w.columns)
+        for c in (*w.keys, w.time):
+            add(w.stream, c)
+        for c in (*w.probe_keys, w.probe_time):
+            add(spec.stream, c)
+
     for e in spec.edges:
         for c in e.master_columns:
             add(e.master, c)
@@ -78,7 +86,7 @@ class EdgePlan:
 
     index: int
     edge: JoinEdge
-    needs: int | None  # the edge that joins the input this one probes (None: the stream)
+    needs: int | None  # the edge that joins the input this one probes (None: a stream)
     probe_cols: list[str]
     key_cols: list[str]
     master_cols: list[str]  # qualified columns of the master the output rows carry
@@ -185,7 +193,7 @@ def build_edges(
             EdgePlan(
                 index=i,
                 edge=e,
-                needs=None if e.probe == spec.stream else by_master[e.probe],
+                needs=None if e.probe in spec.streams else by_master[e.probe],
                 probe_cols=[qual(e.probe, c) for c in e.probe_columns],
                 key_cols=[qual(e.master, c) for c in e.master_columns],
                 master_cols=[qual(e.master, c) for c in cols],

@@ -10,6 +10,7 @@ an input already joined (the stream, or a master closer to the root), so chains
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Literal
 
 import pyarrow.compute as pc
@@ -48,6 +49,30 @@ class OutputColumn:
     column: str
 
 
+TimeOffset = int | timedelta  # int for integer event-time columns, timedelta for timestamps
+
+
+@dataclass(frozen=True)
+class StreamWindow:
+    """A second stream joined with the first within an event-time band (inner or left join).
+
+    ``<stream>.<keys> = <first>.<probe_keys> AND <stream>.<time> BETWEEN <first>.<probe_time> - lower
+    AND <first>.<probe_time> + upper``. A row is late when its time is below its stream's
+    watermark: the largest time seen in that stream before its batch, minus ``lateness``.
+    """
+
+    stream: str
+    columns: tuple[str, ...]
+    keys: tuple[str, ...]
+    probe_keys: tuple[str, ...]
+    time: str
+    probe_time: str
+    lower: TimeOffset
+    upper: TimeOffset
+    lateness: TimeOffset = 0
+    kind: JoinKind = "inner"  # left: a first-stream row without a match leaves NULL-extended when its window closes
+
+
 @dataclass(frozen=True)
 class MultiWaySpec:
     """A stream joined with master tables along a tree of equi-join edges.
@@ -62,12 +87,31 @@ class MultiWaySpec:
     edges: tuple[JoinEdge, ...]
     output: tuple[OutputColumn, ...]
     filters: dict[str, pc.Expression] = field(default_factory=dict)
+    window: StreamWindow | None = None
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The stream aliases: the first, and the one joined within a window if any."""
+        return (self.stream,) if self.window is None else (self.stream, self.window.stream)
 
     def __post_init__(self) -> None:
-        aliases = [self.stream, *(m.alias for m in self.masters)]
+        aliases = [*self.streams, *(m.alias for m in self.masters)]
         if len(set(aliases)) != len(aliases):
             raise ConfigError(f"multi-way join: input aliases must be unique, got {aliases}")
-        joined = {self.stream}
+        w = self.window
+        if w is not None:
+            if not w.keys or len(w.keys) != len(w.probe_keys):
+                raise ConfigError("multi-way join: the window join needs equal, non-empty key column lists")
+            if w.kind not in ("inner", "left"):
+                raise ConfigError(f"multi-way join: window join kind must be inner or left, got {w.kind!r}")
+            offsets = (w.lower, w.upper, w.lateness)
+            kinds = {isinstance(o, timedelta) for o in offsets}
+            if len(kinds) > 1 or any(isinstance(o, bool) for o in offsets):
+                raise ConfigError("multi-way join: window bounds and lateness must all be ints or all timedeltas")
+            zero = timedelta(0) if isinstance(w.lateness, timedelta) else 0
+            if w.lateness < zero:  # type: ignore[operator]
+                raise ConfigError(f"multi-way join: lateness must be >= 0, got {w.lateness}")
+        joined = set(self.streams)
         for e in self.edges:
             if e.probe not in joined:
                 raise ConfigError(
