@@ -1,6 +1,6 @@
 """Time the continuous query's full-state checkpoint and restore, and a logged batch's checkpoint, for Q7.
 
-    python scripts/cq_checkpoint_cost.py 0.1 /tmp/tpch-sf0.1
+    python -m ssbj.bench.cq_checkpoint 0.1 /tmp/tpch-sf0.1
 
 Loads every tuple of Q7's relations at the scale factor (tpchgen-cli), then writes the
 whole state (``ContinuousQuery.state_bytes``, what a full checkpoint writes), restores it,
@@ -25,7 +25,7 @@ from ssbj.cq.maintainer import ContinuousQuery
 from ssbj.cq.query import plan_query
 from ssbj.cq.schema import parse_schema
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cq"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cq"  # run from a checkout
 
 
 def main() -> None:
@@ -38,7 +38,8 @@ def main() -> None:
         cmd = [tpchgen_binary(), "parquet", "-s", f"{sf:g}", f"--tables={','.join(rels)}", f"--output-dir={out}"]
         subprocess.run([*cmd, "--no-progress", "--quiet"], check=True)  # noqa: S603 - our own generator
     cq = ContinuousQuery(plan)
-    batch, seq = {}, 0
+    batch: dict[str, pa.Table] = {}
+    seq = 0
     for r in rels:
         t = _plain_strings(pq.read_table(out / f"{r}.parquet"))
         n = t.num_rows
