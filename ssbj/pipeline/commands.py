@@ -25,8 +25,9 @@ from ssbj.pipeline.audit import Warehouse, gate_table_names
 from ssbj.pipeline.factory import MasterSource, validate_job
 from ssbj.pipeline.job import EnrichmentJob
 from ssbj.pipeline.multicommands import cmd_run_multi, cmd_validate_multi
-from ssbj.pipeline.multiway_quality import check_multiway_run, validate_multiway_job
-from ssbj.pipeline.quality import check_run, gate_run, result_path
+from ssbj.pipeline.multiway_quality import validate_multiway_job
+from ssbj.pipeline.orchestration import check_job, gate_job
+from ssbj.pipeline.quality import result_path
 from ssbj.pipeline.quickstart import add_command
 
 
@@ -257,15 +258,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         return cq_commands.cmd_check(args)
     if args.run_id is None:
         raise ConfigError("ssbj check: --run-id is required for an enrichment job")
-    cfg = load_any_config(args.config)
-    result = check_multiway_run(cfg, args.run_id) if isinstance(cfg, MultiWayJobConfig) else check_run(cfg, args.run_id)
+    result = check_job(args.config, args.run_id)
     print(result.summary())
-    print(f"result: {result_path(cfg, args.run_id)}")
+    print(f"result: {result_path(load_any_config(args.config), args.run_id)}")
     return 0 if result.success else 1
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``ssbj gate job.yaml --run-id X``."""
-    outcome = gate_run(load_any_config(args.config), args.run_id)
+    outcome = gate_job(args.config, args.run_id)
     print(outcome.message, file=sys.stdout if outcome.published else sys.stderr)
     return 0 if outcome.published else 1

@@ -10,27 +10,24 @@ what :func:`ssbj.pipeline.records.decoder` gives it alone.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from ssbj.config import JobConfig
 from ssbj.pipeline.records import (
     Decoded,
     _Bad,
-    _bisect,
     _DeadLetters,
     _good_indexes,
-    _normalise_json,
     _one_line,
     decode_csv_lines,
     decode_parquet,
+    parse_json_lines,
 )
 
 
@@ -56,24 +53,7 @@ def _json_keys(
     values: Sequence[bytes | None], schema: pa.Schema, keys: Sequence[str]
 ) -> tuple[pa.Table, list[_Bad], list[int], dict[str, list[int]]]:
     """Rows, bad records, the record index of each row, and per key the rows whose key field is missing."""
-    lines, pre_bad = _normalise_json(values)
-    opts = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    block = max(1 << 20, 2 * max((len(x) for x in lines), default=0) + 16)
-    ropts = pjson.ReadOptions(block_size=block, use_threads=False)
-
-    def parse(lo: int, hi: int) -> pa.Table:
-        bad_here = [i for i in range(lo, hi) if i in pre_bad]
-        if bad_here:
-            raise ValueError(pre_bad[bad_here[0]])
-        data = b"\n".join(lines[lo:hi]) + b"\n"
-        t = pjson.read_json(io.BytesIO(data), read_options=ropts, parse_options=opts)
-        if t.num_rows != hi - lo:
-            raise ValueError(f"expected one JSON object per record, found {t.num_rows} in {hi - lo}")
-        return t.select(schema.names).cast(schema)
-
-    tables, bad = _bisect(len(lines), parse)
-    good_idx = _good_indexes(len(lines), bad)
-    rows = pa.concat_tables(tables) if tables else schema.empty_table()
+    rows, bad, good_idx, lines = parse_json_lines(values, schema)
     nulls = np.zeros(rows.num_rows, dtype=bool)
     for k in keys:
         nulls |= rows.column(k).is_null().to_numpy(zero_copy_only=False)

@@ -90,8 +90,10 @@ def _normalise_json(values: Sequence[bytes | None]) -> tuple[list[bytes], dict[i
     return out, pre_bad
 
 
-def decode_json(values: Sequence[bytes | None], schema: pa.Schema, key: str) -> tuple[pa.Table, list[_Bad]]:
-    """Decode JSON objects; returns the good rows (in order) and the bad record indexes."""
+def parse_json_lines(
+    values: Sequence[bytes | None], schema: pa.Schema
+) -> tuple[pa.Table, list[_Bad], list[int], list[bytes]]:
+    """Parse JSON objects: the good rows (in order), the bad records, each row's record index, the lines."""
     lines, pre_bad = _normalise_json(values)
     opts = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     block = max(1 << 20, 2 * max((len(x) for x in lines), default=0) + 16)
@@ -108,8 +110,13 @@ def decode_json(values: Sequence[bytes | None], schema: pa.Schema, key: str) -> 
         return t.select(schema.names).cast(schema)
 
     tables, bad = _bisect(len(lines), parse)
-    good_idx = _good_indexes(len(lines), bad)
     rows = pa.concat_tables(tables) if tables else schema.empty_table()
+    return rows, bad, _good_indexes(len(lines), bad), lines
+
+
+def decode_json(values: Sequence[bytes | None], schema: pa.Schema, key: str) -> tuple[pa.Table, list[_Bad]]:
+    """Decode JSON objects; returns the good rows (in order) and the bad record indexes."""
+    rows, bad, good_idx, lines = parse_json_lines(values, schema)
     # a NULL key is a key that never matches; a *missing* key field is a malformed record
     nulls = rows.column(key).is_null().to_numpy(zero_copy_only=False)
     if nulls.any():
