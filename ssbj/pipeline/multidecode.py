@@ -27,6 +27,8 @@ from ssbj.pipeline.records import (
     _one_line,
     decode_csv_lines,
     decode_parquet,
+    file_lines,
+    landed_files,
     parse_json_lines,
 )
 
@@ -137,26 +139,12 @@ def decode_files_keys(
     raw: pa.Table, fmt: str, schema: pa.Schema, keys: Sequence[str], delimiter: str = ",", header: bool = True
 ) -> SharedDecoded:
     """Decode landed files (path, content) in path order once for jobs on ``keys``."""
-    paths = raw.column("path").to_pylist()
-    contents = raw.column("content").to_pylist()
     c = _Collect(keys, schema)
-    for i in sorted(range(len(paths)), key=lambda i: paths[i]):
-        path, content = paths[i], contents[i] or b""
+    for path, content in landed_files(raw):
         if fmt == "parquet":
             _parquet_file(c, path, content, schema)
             continue
-        lines = content.split(b"\n")
-        numbers = list(range(1, len(lines) + 1))
-        hdr: bytes | None = None
-        if fmt == "csv" and header:
-            while lines and not lines[0].strip():
-                lines, numbers = lines[1:], numbers[1:]
-            if lines:
-                hdr = lines[0].rstrip(b"\r")
-                lines, numbers = lines[1:], numbers[1:]
-        kept = [j for j, ln in enumerate(lines) if ln.strip()]
-        lines = [lines[j].rstrip(b"\r") for j in kept]
-        numbers = [numbers[j] for j in kept]
+        lines, numbers, hdr = file_lines(content, fmt == "csv" and header)
         if fmt == "jsonl":
             rows, bad, index, missing = _json_keys(lines, schema, keys)
             for k, positions in missing.items():

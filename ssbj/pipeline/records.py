@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,17 +229,36 @@ def decode_kafka(raw: pa.Table, schema: pa.Schema, key: str) -> Decoded:
     return Decoded(rows, dl.table())
 
 
+def landed_files(raw: pa.Table) -> Iterator[tuple[str, bytes]]:
+    """Yield (path, content) of landed files (columns path, content) in path order."""
+    paths = raw.column("path").to_pylist()
+    contents = raw.column("content").to_pylist()
+    for i in sorted(range(len(paths)), key=lambda i: paths[i]):
+        yield paths[i], contents[i] or b""
+
+
+def file_lines(content: bytes, header: bool) -> tuple[list[bytes], list[int], bytes | None]:
+    """Split a text file into its non-blank data lines, their 1-based line numbers and the header line."""
+    lines = content.split(b"\n")
+    numbers = list(range(1, len(lines) + 1))
+    hdr: bytes | None = None
+    if header:
+        while lines and not lines[0].strip():
+            lines, numbers = lines[1:], numbers[1:]
+        if lines:
+            hdr = lines[0].rstrip(b"\r")
+            lines, numbers = lines[1:], numbers[1:]
+    keep = [j for j, ln in enumerate(lines) if ln.strip()]
+    return [lines[j].rstrip(b"\r") for j in keep], [numbers[j] for j in keep], hdr
+
+
 def decode_files(
     raw: pa.Table, fmt: str, schema: pa.Schema, key: str, delimiter: str = ",", header: bool = True
 ) -> Decoded:
     """Decode landed files (columns path, content) in path order: jsonl, csv or parquet."""
-    paths = raw.column("path").to_pylist()
-    contents = raw.column("content").to_pylist()
-    order = sorted(range(len(paths)), key=lambda i: paths[i])
     out: list[pa.Table] = []
     dl = _DeadLetters()
-    for i in order:
-        path, content = paths[i], contents[i] or b""
+    for path, content in landed_files(raw):
         if fmt == "parquet":
             try:
                 rows, bad, _ = decode_parquet(content, schema, key)
@@ -250,18 +269,7 @@ def decode_files(
                 dl.add(b.reason, f"{path}:row {b.index + 1}", None, file=path, line=b.index + 1)
             out.append(rows)
             continue
-        lines = content.split(b"\n")
-        numbers = list(range(1, len(lines) + 1))
-        hdr: bytes | None = None
-        if fmt == "csv" and header:
-            while lines and not lines[0].strip():
-                lines, numbers = lines[1:], numbers[1:]
-            if lines:
-                hdr = lines[0].rstrip(b"\r")
-                lines, numbers = lines[1:], numbers[1:]
-        keep = [j for j, ln in enumerate(lines) if ln.strip()]
-        lines = [lines[j].rstrip(b"\r") for j in keep]
-        numbers = [numbers[j] for j in keep]
+        lines, numbers, hdr = file_lines(content, fmt == "csv" and header)
         if fmt == "jsonl":
             rows, bad = decode_json(lines, schema, key)
         else:
