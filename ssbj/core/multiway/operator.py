@@ -75,15 +75,26 @@ class MultiWayJoin:
         self.policy = order_policy
         self.period = period
         self._need = needed_columns(spec)
-        # source-row accounting (lineage.py): every stream row carries its id through the joins
-        self.ledger: SourceLedger | None = SourceLedger() if track_sources else None
-        if spec.window is not None and track_sources:
-            raise ConfigError("multi-way join: source-row tracking is not supported with a window join")
-        # a second stream joined within an event-time window (window.py); its rows wait in self.store
-        self.window = WindowState(spec, self._need[spec.window.stream], late_sink) if spec.window is not None else None
-        self._src = qual(spec.stream, SOURCE_COLUMN)
+        # source-row accounting (lineage.py): every stream row carries its id through the joins;
+        # with a window join each stream has its own ids and ledger (a pair carries both ids)
+        self.ledgers: list[SourceLedger] = [SourceLedger() for _ in spec.streams] if track_sources else []
+        self.ledger: SourceLedger | None = self.ledgers[0] if self.ledgers else None
+        self._srcs = [qual(a, SOURCE_COLUMN) for a in spec.streams]
+        self._src = self._srcs[0]
         if self.ledger is not None:
-            self._need[spec.stream] = [*self._need[spec.stream], SOURCE_COLUMN]
+            for a in spec.streams:
+                self._need[a] = [*self._need[a], SOURCE_COLUMN]
+        self._user_late_sink = late_sink
+        self._late_ids: list[np.ndarray] = []
+        # a second stream joined within an event-time window (window.py); its rows wait in self.store
+        self.window = (
+            WindowState(spec, self._need[spec.window.stream], self._late if track_sources else late_sink)
+            if spec.window is not None
+            else None
+        )
+        if self.window is not None and self.ledgers:
+            self.window.on_keep = lambda side, rows: self.ledgers[side].waits(self._side_ids(side, rows))
+            self.window.on_release = lambda side, rows: self.ledgers[side].leaves(self._side_ids(side, rows))
         self._persisted: set[int] = set()  # chunks this incarnation wrote or loaded (persist.py)
         self.edges: list[EdgePlan] = build_edges(
             spec, masters, memory_budget, hold, hold_share, partition_rows, partition_share
@@ -126,6 +137,10 @@ class MultiWayJoin:
             "source_rows_out": 0,  # stream rows finished with at least one result row (track_sources)
             "source_rows_dropped": 0,  # stream rows finished without one: filtered or no inner match
         }
+        if self.window is not None and self.ledgers:  # per stream (side 0, 1); late rows are neither out nor dropped
+            for side in (0, 1):
+                for k in ("rows_in", "source_rows_out", "source_rows_dropped", "source_rows_late"):
+                    self.counters[f"{k}.{side}"] = 0
         self.busy_seconds = 0.0
         self._peak = 0
         self._reorder_log: list[dict[str, Any]] = []
@@ -145,7 +160,7 @@ class MultiWayJoin:
                 cache = self.caches.get(p.index)
                 if cache is not None:
                     total += max(cache.nbytes(), cache.capacity)
-        ledger = self.ledger.nbytes() if self.ledger is not None else 0
+        ledger = sum(lg.nbytes() for lg in self.ledgers)
         kept = sum(len(c) for c in self.window.chunks) if self.window is not None else 0
         return total + ledger + 64 * (kept + sum(len(c) for c in self._chunks.values()))
 
@@ -167,7 +182,7 @@ class MultiWayJoin:
         caches = sum(c.nbytes() for c in self.caches.values())
         disk = sum(self._disk_peak)
         store = self.store.memory_bytes()
-        ledger = self.ledger.nbytes() if self.ledger is not None else 0
+        ledger = sum(lg.nbytes() for lg in self.ledgers)
         return {
             "held_masters": held,
             "caches": caches,
@@ -199,12 +214,20 @@ class MultiWayJoin:
             raise InputError(f"multi-way join: {alias!r} is not a stream of this query (streams: {self.spec.streams})")
         if table.num_rows and self.window is not None:
             n = table.num_rows
-            self.counters["tuples_in"] += n
             side = self.window.side_of(alias)
+            ids = self._tag_side(side, table) if self.ledgers else None
+            if ids is not None:
+                table = table.append_column(SOURCE_COLUMN, pa.array(ids))
+            self.counters["tuples_in"] += n
             rows = self.window.conform(side, prepare_input(table, alias, self._need[alias], self.spec))
             self.counters["tuples_filtered"] += n - rows.num_rows
             for pairs in self.window.admit(side, rows, self.store, self._new_chunk_id, self._fit_store):
                 self._admit_rows(pairs, out)
+            if ids is not None:  # late rows are accounted as late (dead letters), not as admitted
+                late = np.concatenate(self._late_ids) if self._late_ids else np.zeros(0, np.int64)
+                self._late_ids = []
+                self.counters[f"source_rows_late.{side}"] += len(late)
+                self.ledgers[side].admitted(np.setdiff1d(ids, late, assume_unique=True) if len(late) else ids)
         elif table.num_rows:
             n = table.num_rows
             if self.ledger is not None:
@@ -230,10 +253,13 @@ class MultiWayJoin:
         self._peak = max(self._peak, self.memory()["total"])
         result = self._result(out)
         self.counters["output_rows"] += result.num_rows
-        if self.ledger is not None:
-            done_out, done_dropped = self.ledger.settle()
+        for side, ledger in enumerate(self.ledgers):
+            done_out, done_dropped = ledger.settle()
             self.counters["source_rows_out"] += done_out
             self.counters["source_rows_dropped"] += done_dropped
+            if self.window is not None:
+                self.counters[f"source_rows_out.{side}"] += done_out
+                self.counters[f"source_rows_dropped.{side}"] += done_dropped
         self.busy_seconds += time.perf_counter() - t0
         return result
 
@@ -249,6 +275,39 @@ class MultiWayJoin:
         if rows.num_rows:
             self._route(rows, len(self.orders) - 1, 0, out)
 
+    def _tag_side(self, side: int, table: pa.Table) -> np.ndarray:
+        """Source ids of a window stream's new rows (its own sequence); checks the column is free."""
+        if SOURCE_COLUMN in table.column_names:
+            raise InputError(f"stream batch has a column named {SOURCE_COLUMN!r}, which the operator adds")
+        key = f"rows_in.{side}"
+        start = self.counters[key]
+        self.counters[key] += table.num_rows
+        return np.arange(start, start + table.num_rows, dtype=np.int64)
+
+    def _late(self, alias: str, rows: pa.Table) -> None:
+        """Late rows of a window stream: noted for the ledger, handed to the caller's sink (with their id column)."""
+        side = self.spec.streams.index(alias)
+        self._late_ids.append(self._side_ids(side, rows))
+        if self._user_late_sink is not None:
+            self._user_late_sink(alias, rows)
+
+    def _side_ids(self, side: int, table: pa.Table) -> np.ndarray:
+        """Source ids of one stream carried by ``table`` (NULL on NULL-extended rows: none)."""
+        col = self._srcs[side]
+        if col not in table.column_names:
+            return np.zeros(0, np.int64)
+        c = table.column(col)
+        if c.null_count:
+            c = c.drop_null()
+        return np.asarray(c.to_numpy(), dtype=np.int64)
+
+    def _note(self, event: str, table: pa.Table) -> None:
+        """Tell every stream's ledger about rows (``waits``, ``leaves`` or ``emitted``) by the ids they carry."""
+        for side, ledger in enumerate(self.ledgers):
+            ids = self._side_ids(side, table)
+            if len(ids):
+                getattr(ledger, event)(ids)
+
     def _new_chunk_id(self) -> int:
         cid = self._next_chunk
         self._next_chunk += 1
@@ -256,11 +315,32 @@ class MultiWayJoin:
 
     @property
     def waiting_source_rows(self) -> int:
-        """Stream rows with rows still waiting (``track_sources``; 0 without it)."""
-        return self.ledger.pending if self.ledger is not None else 0
+        """Stream rows with rows still waiting (``track_sources``; 0 without it), over both streams."""
+        return sum(lg.pending for lg in self.ledgers)
 
-    def _ids(self, table: pa.Table) -> np.ndarray:
-        return np.asarray(table.column(self._src).to_numpy(), dtype=np.int64)
+    def stream_counts(self) -> dict[str, dict[str, int]]:
+        """Per stream alias (``track_sources``): rows in = output + dropped + late + waiting."""
+        out: dict[str, dict[str, int]] = {}
+        for side, (alias, ledger) in enumerate(zip(self.spec.streams, self.ledgers, strict=True)):
+            if self.window is None:
+                c = self.counters
+                out[alias] = {
+                    "rows_in": c["tuples_in"],
+                    "output": c["source_rows_out"],
+                    "dropped": c["source_rows_dropped"],
+                    "late": 0,
+                    "waiting": ledger.pending,
+                }
+            else:
+                c = self.counters
+                out[alias] = {
+                    "rows_in": c[f"rows_in.{side}"],
+                    "output": c[f"source_rows_out.{side}"],
+                    "dropped": c[f"source_rows_dropped.{side}"],
+                    "late": c[f"source_rows_late.{side}"],
+                    "waiting": ledger.pending,
+                }
+        return out
 
     @property
     def waiting_rows(self) -> int:
@@ -331,8 +411,7 @@ class MultiWayJoin:
         self._vs[p.index] = 0.9 * self._vs[p.index] + 0.1 * width if self._vs[p.index] else width
         self._fit_store()
         self.store.put(p.index, cid, table, matched)
-        if self.ledger is not None:
-            self.ledger.waits(self._ids(table))
+        self._note("waits", table)
         self._chunks[p.index].append(Chunk(cid, p.index, oid, pos, 0, table.num_rows, width))
         self.estats[p.index].note(table.num_rows, 0, 0)
         self.counters["rows_probed"] += table.num_rows
@@ -367,8 +446,7 @@ class MultiWayJoin:
             if ch.seen >= p.k:
                 if matched is not None and not matched.all():
                     self._route(null_extended(table, np.flatnonzero(~matched), p), ch.oid, ch.pos + 1, out)
-                if self.ledger is not None:
-                    self.ledger.leaves(self._ids(table))
+                self._note("leaves", table)
                 self.store.delete(p.index, ch.id)
                 self._persisted.discard(ch.id)
             else:
@@ -384,9 +462,8 @@ class MultiWayJoin:
             return pa.table(
                 {n: pa.array([], self._out_type(c)) for n, c in zip(self._out_names, self._out_cols, strict=True)}
             )
-        if self.ledger is not None:
-            for o in out:
-                self.ledger.emitted(self._ids(o))
+        for o in out:
+            self._note("emitted", o)
         t = pa.concat_tables([o.select(self._out_cols) for o in out])
         return t.rename_columns(self._out_names)
 

@@ -74,8 +74,8 @@ def save(op: MultiWayJoin, store: DirectoryStore, cid: int, meta: dict[str, Any]
                 store.write_table(name, schema.empty_table())
                 files.append(name)
         window = op.window.state()
-    if op.ledger is not None:
-        flags.update(op.ledger.arrays())
+    for side, ledger in enumerate(op.ledgers):  # the second stream's ledger (window join) under a prefix
+        flags.update({f"{'s1_' if side else ''}{k}": v for k, v in ledger.arrays().items()})
     fname = f"mw-flags-{cid}.npz"
     store.write_arrays(fname, flags)
     files.append(fname)
@@ -151,6 +151,10 @@ def load(op: MultiWayJoin, store: DirectoryStore, cid: int | None) -> None:
         if "ledger_ids" not in flags:
             raise CheckpointError(f"checkpoint {cid} was written without source-row tracking")
         op.ledger.load(flags)
+        for side, ledger in enumerate(op.ledgers[1:], start=1):
+            if "s1_ledger_ids" not in flags:
+                raise CheckpointError(f"checkpoint {cid} was written without the second stream's source-row tracking")
+            ledger.load({k[3:]: v for k, v in flags.items() if k.startswith(f"s{side}_")})
     op._chunks = {e: [] for e in op._chunks}
     op._persisted = set()
     op._fit_store()

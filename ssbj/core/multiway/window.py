@@ -35,6 +35,7 @@ from ssbj.core.multiway.spec import MultiWaySpec, TimeOffset
 from ssbj.errors import ConfigError, InputError
 
 LateSink = Callable[[str, pa.Table], None]
+RowsHook = Callable[[int, pa.Table], None]  # (side, rows) kept or released: the operator's source-row ledger
 
 
 @dataclass
@@ -90,6 +91,8 @@ class WindowState:
         self.lower, self.upper, self.lateness = _micros(w.lower), _micros(w.upper), _micros(w.lateness)
         self.is_time = isinstance(w.lateness, timedelta)
         self.late_sink = late_sink
+        self.on_keep: RowsHook | None = None
+        self.on_release: RowsHook | None = None
         self.max_time: list[int | None] = [None, None]
         self.chunks: list[list[WindowChunk]] = [[], []]
         self.schemas: list[pa.Schema | None] = [None, None]
@@ -177,6 +180,8 @@ class WindowState:
             fit()
             cid = new_chunk()
             store.put(self.edge(side), cid, keep, matched)
+            if self.on_keep is not None:
+                self.on_keep(side, keep)
             tmax = int(tk[vk].max()) if vk.any() else np.iinfo(np.int64).min // 2
             self.chunks[side].append(WindowChunk(cid, side, tmax, keep.num_rows))
         out += self._evict(store)
@@ -237,9 +242,7 @@ class WindowState:
             still = []
             for ch in self.chunks[side]:
                 if ch.tmax + bounds[side] < wm:
-                    out += self._null_extended(*store.get(self.edge(side), ch.id))
-                    store.delete(self.edge(side), ch.id)
-                    self.counters["window_evicted_rows"] += ch.rows
+                    out += self._drop(side, ch, store)
                 else:
                     still.append(ch)
             self.chunks[side] = still
@@ -270,10 +273,18 @@ class WindowState:
         out: list[pa.Table] = []
         for side in (0, 1):
             for ch in self.chunks[side]:
-                out += self._null_extended(*store.get(self.edge(side), ch.id))
-                store.delete(self.edge(side), ch.id)
-                self.counters["window_evicted_rows"] += ch.rows
+                out += self._drop(side, ch, store)
             self.chunks[side] = []
+        return out
+
+    def _drop(self, side: int, ch: WindowChunk, store: Any) -> list[pa.Table]:
+        """Delete a kept chunk; return its NULL-extended rows (left window, first stream)."""
+        rows, matched = store.get(self.edge(side), ch.id)
+        out = self._null_extended(rows, matched)
+        if self.on_release is not None:
+            self.on_release(side, rows)
+        store.delete(self.edge(side), ch.id)
+        self.counters["window_evicted_rows"] += ch.rows
         return out
 
     def stats(self) -> dict[str, Any]:
