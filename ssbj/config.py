@@ -438,13 +438,18 @@ class MultiWayStream(_Model):
         description="field a record must have (missing: dead letter; JSON null: a NULL key); "
         "default: the stream's first join column",
     )
+    event_time: str | None = Field(
+        None,
+        description="event-time column of a window join (checked against the SQL's BETWEEN); "
+        "default: the column the SQL's window uses",
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return identifier(v, "stream name")
 
-    @field_validator("key")
+    @field_validator("key", "event_time")
     @classmethod
     def _key(cls, v: str | None) -> str | None:
         return v if v is None else identifier(v, "column")
@@ -456,9 +461,21 @@ class MultiWayStream(_Model):
 
     @model_validator(mode="after")
     def _key_declared(self) -> MultiWayStream:
-        if self.key is not None and self.key not in self.schema_:
-            raise ValueError(f"key {self.key!r} is not a column of schema ({', '.join(self.schema_)})")
+        for what, col in (("key", self.key), ("event_time", self.event_time)):
+            if col is not None and col not in self.schema_:
+                raise ValueError(f"{what} {col!r} is not a column of schema ({', '.join(self.schema_)})")
         return self
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """Arrow schema of a decoded record of this stream."""
+        return pa.schema([pa.field(n, arrow_type(t)) for n, t in self.schema_.items()])
+
+
+class SecondStream(MultiWayStream):
+    """A second stream joined with the first within an event-time window (the SQL's BETWEEN), with its own source."""
+
+    source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
 
 
 class MultiWayMaster(_Model):
@@ -498,6 +515,11 @@ class MultiWayJoinSettings(_Model):
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream rows per operator step (each step reads one partition per scanned master)"
     )
+    lateness: Annotated[float, Field(ge=0)] | None = Field(
+        None,
+        description="allowed lateness of a window join's streams: seconds for TIMESTAMP event times, units of "
+        "an integer time column (as ssbj query --lateness); a later row is a dead letter. Default 0",
+    )
 
 
 class MultiWayJobConfig(_Model):
@@ -506,6 +528,9 @@ class MultiWayJobConfig(_Model):
     name: str = "ssbj-multiway-job"
     source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
     stream: MultiWayStream
+    second_stream: SecondStream | None = Field(
+        None, description="a second stream joined with the first within an event-time window (its own source)"
+    )
     database: Database = Field(description="where the master tables are")
     masters: dict[str, MultiWayMaster] = Field(description="master tables by the name the SQL uses")
     sql: str | None = Field(None, description="the SELECT (docs/sql.md)")
@@ -531,21 +556,28 @@ class MultiWayJobConfig(_Model):
     def _query(self) -> MultiWayJobConfig:
         if (self.sql is None) == (self.sql_file is None):
             raise ValueError("give exactly one of sql, sql_file")
-        if self.stream.name in self.masters:
-            raise ValueError(f"{self.stream.name!r} is both the stream and a master")
+        streams = self.stream_names
+        for name in streams:
+            if name in self.masters:
+                raise ValueError(f"{name!r} is both a stream and a master")
+        if len(set(streams)) != len(streams):
+            raise ValueError(f"second_stream.name {streams[1]!r} is the name of the first stream")
+        if self.second_stream is None and self.join.lateness is not None:
+            raise ValueError("join.lateness is for a window join of two streams: declare second_stream")
         try:
             names = query_inputs(self.query_text)
         except SSBJError as exc:
             raise ValueError(f"{'sql' if self.sql is not None else 'sql_file'}: {exc}") from None
-        known = {self.stream.name, *self.masters}
+        known = {*streams, *self.masters}
         unknown = [n for n in names if n not in known]
         if unknown:
             raise ValueError(
-                f"sql reads {', '.join(unknown)}, neither the stream ({self.stream.name}) nor a master "
+                f"sql reads {', '.join(unknown)}, neither a stream ({', '.join(streams)}) nor a master "
                 f"({', '.join(self.masters)})"
             )
-        if self.stream.name not in names:
-            raise ValueError(f"sql does not read the stream {self.stream.name!r}")
+        for name in streams:
+            if name not in names:
+                raise ValueError(f"sql does not read the stream {name!r}")
         unused = [n for n in self.masters if n not in names]
         if unused:
             raise ValueError(f"masters not read by the sql: {', '.join(unused)}")
@@ -564,8 +596,20 @@ class MultiWayJobConfig(_Model):
 
     @property
     def stream_schema(self) -> pa.Schema:
-        """Arrow schema of a decoded stream record."""
-        return pa.schema([pa.field(n, arrow_type(t)) for n, t in self.stream.schema_.items()])
+        """Arrow schema of a decoded record of the (first) stream."""
+        return self.stream.arrow_schema
+
+    @property
+    def stream_names(self) -> list[str]:
+        """The names the SQL reads the streams by: the first, and the window-joined one if any."""
+        return [self.stream.name] + ([self.second_stream.name] if self.second_stream is not None else [])
+
+    def streams(self) -> list[tuple[MultiWayStream, FileSource | KafkaSource]]:
+        """Each stream with its source, the first one first."""
+        out: list[tuple[MultiWayStream, FileSource | KafkaSource]] = [(self.stream, self.source)]
+        if self.second_stream is not None:
+            out.append((self.second_stream, self.second_stream.source))
+        return out
 
     @property
     def spark_checkpoint(self) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ssbj.config import AnyJobConfig, MultiWayJobConfig
+from ssbj.config import AnyJobConfig, FileSource, KafkaSource, MultiWayJobConfig
 from ssbj.config_cq import CqJobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
@@ -22,6 +22,7 @@ from ssbj.errors import ConfigError, ServiceError
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.multiway_job import MultiWayProcessor, build_multiway_processor
+from ssbj.pipeline.multiway_masters import STREAM_TAG
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import decoder
@@ -60,9 +61,36 @@ def spark_session(cfg: AnyJobConfig | CqJobConfig) -> Any:
     return builder.getOrCreate()
 
 
+_RAW_COLUMNS = {  # every raw column of either source kind, for the union of two streams' sources
+    "path": "STRING",
+    "content": "BINARY",
+    "value": "BINARY",
+    "topic": "STRING",
+    "partition": "INT",
+    "offset": "BIGINT",
+}
+
+
 def source_frame(spark: Any, cfg: AnyJobConfig) -> Any:
-    """Return the streaming DataFrame of raw records for the configured source."""
-    src = cfg.source
+    """Return the streaming DataFrame of raw records for the configured source(s).
+
+    A multi-way job with a second stream reads both sources in one query: the union of the
+    two, each record tagged with its stream's name (``ssbj_stream``), so one micro-batch,
+    one Spark checkpoint (each source's offsets in it) and one operator checkpoint cover both.
+    """
+    if isinstance(cfg, MultiWayJobConfig) and cfg.second_stream is not None:
+        frames = []
+        for st, src in cfg.streams():
+            f = _one_source(spark, src)
+            cols = [f"'{st.name}' AS {STREAM_TAG}"]  # a validated identifier
+            cols += [f"`{c}`" if c in f.columns else f"CAST(NULL AS {t}) AS `{c}`" for c, t in _RAW_COLUMNS.items()]
+            frames.append(f.selectExpr(*cols))
+        return frames[0].unionByName(frames[1])
+    return _one_source(spark, cfg.source)
+
+
+def _one_source(spark: Any, src: FileSource | KafkaSource) -> Any:
+    """Return the streaming DataFrame of raw records of one source."""
     if src.kind == "files":
         if not Path(src.path).is_dir():
             raise ConfigError(f"source.path {src.path!r} is not a directory")
@@ -121,7 +149,8 @@ class EnrichmentJob:
         self.processor: EnrichmentProcessor | ShardedRun | MultiWayProcessor
         if isinstance(cfg, MultiWayJobConfig):  # a SQL query over the stream and several masters
             self.processor = build_multiway_processor(cfg, DirectoryStore(cfg.operator_checkpoint))
-            self._decode = self.processor.query.decoder()
+            q = self.processor.query
+            self._decode: Callable[[Any], Any] = q.stream_decoder() if cfg.second_stream is not None else q.decoder()
         else:
             if cfg.join.placement == "executors":
                 self.processor = ShardedRun(cfg)  # the join runs in the executors; the driver holds no join state

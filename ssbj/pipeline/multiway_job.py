@@ -24,13 +24,16 @@ filter nothing is dropped. They map onto :class:`RunCounts` as matched = output,
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ssbj.adapters.lsmstore import LsmStore
@@ -38,6 +41,8 @@ from ssbj.config import MultiWayJobConfig
 from ssbj.contracts import DEAD_LETTER_SCHEMA, MasterScan, RunCounts, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.multiway import MemoryStore, MultiWayJoin, WaitingStore
+from ssbj.core.multiway.lineage import SOURCE_COLUMN
+from ssbj.errors import StateError
 from ssbj.logs import fields
 from ssbj.pipeline import faults
 from ssbj.pipeline.factory import build_sink
@@ -57,6 +62,14 @@ class MultiWayTotals:
     dead_letters: int = 0
     output_rows: int = 0
     batches: int = 0
+    # per stream alias (a window join of two streams): records and decoding's dead letters
+    streams: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add_stream(self, alias: str, records: int, dead: int) -> None:
+        """Count one batch of a stream."""
+        s = self.streams.setdefault(alias, {"records_in": 0, "decode_dead_letters": 0})
+        s["records_in"] += records
+        s["decode_dead_letters"] += dead
 
 
 class MultiWayProcessor:
@@ -84,6 +97,8 @@ class MultiWayProcessor:
         self.last_progress: dict[str, Any] = {}
         self._prepared = False
         self._last_batch_end = time.time()
+        self._feeding: tuple[str, int, Decoded] | None = None  # (alias, first source id, rows) of the step running
+        self._late: list[pa.Table] = []  # dead letters of late rows found in the batch running
 
     # ------------------------------------------------------------------ state
     def _options(self) -> dict[str, Any]:
@@ -95,6 +110,7 @@ class MultiWayProcessor:
             "hold_share": j.hold_share,
             "use_cache": j.cache,
             "track_sources": True,
+            "late_sink": self._on_late,
         }
 
     def _open_masters(self, plan: MasterPlan) -> dict[str, pa.Table | MasterScan]:
@@ -186,6 +202,61 @@ class MultiWayProcessor:
             return [rows]
         return [rows.slice(i, step) for i in range(0, rows.num_rows, step)]
 
+    def _on_late(self, alias: str, rows: pa.Table) -> None:
+        """Late rows of a window stream become dead letters with the reason and their record's position."""
+        op, feeding = self.op, self._feeding
+        assert op is not None and op.window is not None and feeding is not None  # noqa: S101
+        fed_alias, first_id, decoded = feeding
+        if fed_alias != alias or decoded.sources is None:
+            raise StateError(f"late rows of stream {alias!r} outside the step feeding it")
+        side = op.window.side_of(alias)
+        idx = pa.array(np.asarray(rows.column(f"{alias}.{SOURCE_COLUMN}").to_numpy(), np.int64) - first_id)
+        w = op.spec.window
+        assert w is not None  # noqa: S101
+        tcol = w.probe_time if side == 0 else w.time
+        wm = op.window.watermark(side)
+        shown: Any = wm
+        if op.window.is_time and wm is not None:
+            shown = datetime(1970, 1, 1) + timedelta(microseconds=wm)
+        where = decoded.sources.take(idx)
+        records = decoded.rows.take(idx)
+        name = self.query.stream_tables.get(alias, alias)
+        reasons, payloads = [], []
+        for r in records.to_pylist():
+            reasons.append(
+                f"late: stream {name} event time {tcol}={r[tcol]} is below the stream's watermark {shown} "
+                f"(largest event time so far minus the allowed lateness {w.lateness})"
+            )
+            payloads.append(json.dumps(r, default=str).encode())
+        cols = {n: where.column(n) for n in where.column_names}
+        cols["reason"] = pa.array(reasons, pa.string())
+        cols["payload"] = pa.array(payloads, pa.binary())
+        self._late.append(pa.table({n: cols[n] for n in DEAD_LETTER_SCHEMA.names}, schema=DEAD_LETTER_SCHEMA))
+
+    def _feed(self, batches: dict[str, Decoded]) -> list[pa.Table]:
+        """Run the batch's rows through the operator: each stream's rows in steps, the first stream first."""
+        op = self.op
+        assert op is not None  # noqa: S101
+        parts: list[pa.Table] = []
+        if op.window is None:
+            rows = next(iter(batches.values())).rows
+            if rows.num_rows or op.waiting_rows:
+                parts = [op.process(s) for s in self._steps(rows)]
+            return parts
+        for side, alias in enumerate(op.spec.streams):
+            d = batches[alias]
+            first = op.counters[f"rows_in.{side}"]
+            for s in self._steps(d.rows):
+                if s.num_rows == 0:
+                    continue
+                self._feeding = (alias, first, d)
+                parts.append(op.process(s, alias))
+                first += s.num_rows
+        self._feeding = None
+        if not parts and op.waiting_rows:
+            parts.append(op.process(pa.table({})))  # scanned masters go on with their R-cycles
+        return parts
+
     def _output(self, parts: list[pa.Table]) -> pa.Table:
         schema = self.query.output_schema
         tables = [t.cast(schema) for t in parts if t.num_rows]
@@ -201,23 +272,33 @@ class MultiWayProcessor:
                 self._rollback_before(batch_id)
             op = self.op
             assert op is not None  # noqa: S101
-            decoded = decode()
+            got = decode()
+            batches = got if isinstance(got, dict) else {op.spec.stream: got}
             faults.crash_point("after-decode", batch_id)
-            records = decoded.rows.num_rows + decoded.dead.num_rows
+            records = sum(d.rows.num_rows + d.dead.num_rows for d in batches.values())
             t1 = time.perf_counter()
-            parts = []
-            if decoded.rows.num_rows or op.waiting_rows:
-                parts = [op.process(s) for s in self._steps(decoded.rows)]
+            self._late = []
+            parts = self._feed(batches)
             t2 = time.perf_counter()
             out = self._output(parts)
+            dead = pa.concat_tables([*(d.dead for d in batches.values()), *self._late])
             self.sink.write(batch_id, 0, out)
-            self.dead_letter_sink.write(batch_id, 0, decoded.dead)
+            self.dead_letter_sink.write(batch_id, 0, dead)
             faults.crash_point("after-sink", batch_id)
             t3 = time.perf_counter()
             self.totals.records_in += records
-            self.totals.decoded_rows += decoded.rows.num_rows
-            self.totals.dead_letters += decoded.dead.num_rows
+            self.totals.decoded_rows += sum(d.rows.num_rows for d in batches.values())
+            self.totals.dead_letters += dead.num_rows
             self.totals.output_rows += out.num_rows
+            if op.window is not None:
+                for alias, d in batches.items():
+                    self.totals.add_stream(alias, d.rows.num_rows + d.dead.num_rows, d.dead.num_rows)
+            decoded = Decoded(
+                pa.concat_tables([d.rows for d in batches.values()], promote_options="permissive")
+                if len(batches) > 1
+                else next(iter(batches.values())).rows,
+                dead,
+            )
             self.totals.batches += 1
             self._checkpoint(batch_id, 0)
             faults.crash_point("after-checkpoint", batch_id)
@@ -299,6 +380,10 @@ class MultiWayProcessor:
                 "output_rows": c.output_rows,
             },
         }
+        if op.window is not None:
+            progress["streams"] = self.stream_counts()
+            progress["watermarks"] = {a: op.window.watermark(i) for i, a in enumerate(op.window.aliases)}
+            progress["late_rows"] = op.window.counters["window_late"]
         self.last_progress = progress
         log.info(
             "%s %d.%d: %d records, %d rows out, %d source rows waiting",
@@ -311,6 +396,29 @@ class MultiWayProcessor:
             extra=fields(**progress),
         )
         return progress
+
+    def stream_counts(self) -> dict[str, dict[str, Any]]:
+        """Per stream of a window join: records in = output + dropped + waiting + dead letters (decoding and late)."""
+        op = self.op
+        assert op is not None  # noqa: S101
+        if op.window is None:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for alias, c in op.stream_counts().items():
+            t = self.totals.streams.get(alias, {"records_in": 0, "decode_dead_letters": 0})
+            dead = t["decode_dead_letters"] + c["late"]
+            row = {
+                "stream": self.query.stream_tables.get(alias, alias),
+                "records_in": t["records_in"],
+                "output_source_rows": c["output"],
+                "dropped_source_rows": c["dropped"],
+                "waiting": c["waiting"],
+                "dead_letters": dead,
+                "late": c["late"],
+            }
+            row["reconciled"] = row["records_in"] == c["output"] + c["dropped"] + c["waiting"] + dead
+            out[alias] = row
+        return out
 
     def counts(self) -> RunCounts:
         """Return the job's counts so far (they reconcile: :attr:`RunCounts.reconciled`)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -37,9 +38,11 @@ from ssbj.errors import ConfigError
 from ssbj.pipeline.records import Decoded, decode_files, decode_kafka
 from ssbj.planning import estimate_row_bytes
 from ssbj.sql.compile import compile_sql
+from ssbj.sql.logical import parse_query
 
 log = logging.getLogger("ssbj.multiway")
 
+STREAM_TAG = "ssbj_stream"  # column naming the stream of a raw record when two sources are read as one union
 WHOLE = 1 << 40  # partition rows of a held master: one partition holds the table
 PARTITION_SHARE = 0.05  # budget share of the partition buffers when b is not given (as the operator's)
 
@@ -68,8 +71,15 @@ class JobQuery:
         self.cfg = cfg
         self.engine: Engine = engine(cfg.database)
         self.schemas = {name: self._scan(name, None, WHOLE, None).schema for name in cfg.masters}
-        inputs = {cfg.stream.name: cfg.stream_schema, **self.schemas}
-        self.spec: MultiWaySpec = compile_sql(cfg.query_text, inputs, streams={cfg.stream.name})
+        inputs = {**{st.name: st.arrow_schema for st, _ in cfg.streams()}, **self.schemas}
+        self.spec: MultiWaySpec = compile_sql(
+            cfg.query_text, inputs, streams=set(cfg.stream_names), lateness=cfg.join.lateness or 0
+        )
+        names = set(cfg.stream_names)
+        self.stream_tables = {  # stream alias -> the name the job file gives the stream
+            i.alias: i.table for i in parse_query(cfg.query_text, inputs).inputs if i.table in names
+        }
+        self._check_event_times()
         need = needed_columns(self.spec)
         self.columns: dict[str, list[str]] = {}
         for m in self.spec.masters:  # two aliases of one table read it once, with both's columns
@@ -77,6 +87,27 @@ class JobQuery:
             cols += [c for c in need[m.alias] if c not in cols]
         self.output_schema = self._output_schema()
         self.stream_key = self._stream_key()
+
+    def _check_event_times(self) -> None:
+        """Check that a declared ``event_time`` is the column the SQL's window compares."""
+        w = self.spec.window
+        if w is None:
+            return
+        used = {self.spec.stream: w.probe_time, w.stream: w.time}
+        for st, _ in self.cfg.streams():
+            alias = self.alias_of(st.name)
+            if st.event_time is not None and st.event_time != used[alias]:
+                raise ConfigError(
+                    f"stream {st.name!r}: event_time is {st.event_time!r}, but the SQL's window compares "
+                    f"{alias}.{used[alias]}"
+                )
+
+    def alias_of(self, name: str) -> str:
+        """Return the alias the SQL gives the stream the job file calls ``name``."""
+        for alias, table in self.stream_tables.items():
+            if table == name:
+                return alias
+        raise ConfigError(f"the SQL does not read the stream {name!r}")  # pragma: no cover - config checks it
 
     def table(self, name: str) -> str:
         """Return the database table of the master the SQL calls ``name``."""
@@ -110,7 +141,7 @@ class JobQuery:
         return str(cols[0]["name"])
 
     def _output_schema(self) -> pa.Schema:
-        tables = {self.spec.stream: self.cfg.stream_schema}
+        tables = {self.alias_of(st.name): st.arrow_schema for st, _ in self.cfg.streams()}
         tables.update({m.alias: self.schemas[m.table] for m in self.spec.masters})
         fields = []
         for o in self.spec.output:
@@ -120,12 +151,20 @@ class JobQuery:
         return pa.schema(fields)
 
     def _stream_key(self) -> str:
-        if self.cfg.stream.key is not None:
-            return self.cfg.stream.key
+        return self.key_of(self.cfg.stream.name)
+
+    def key_of(self, name: str) -> str:
+        """Return the field a record of stream ``name`` must have (declared, or its first join column)."""
+        st = next(st for st, _ in self.cfg.streams() if st.name == name)
+        if st.key is not None:
+            return st.key
+        alias, w = self.alias_of(name), self.spec.window
+        if w is not None:
+            return w.probe_keys[0] if alias == self.spec.stream else w.keys[0]
         for e in self.spec.edges:
-            if e.probe == self.spec.stream:
+            if e.probe == alias:
                 return e.probe_columns[0]
-        return str(self.cfg.stream_schema.names[0])  # pragma: no cover - the stream always joins something
+        return str(st.arrow_schema.names[0])  # pragma: no cover - the stream always joins something
 
     # ------------------------------------------------------------------ masters
     def plan(self, budget: int) -> MasterPlan:
@@ -169,13 +208,34 @@ class JobQuery:
         return out
 
     # ------------------------------------------------------------------ stream
-    def decoder(self) -> Callable[[pa.Table], Decoded]:
-        """Decode raw records of the source into typed stream rows and dead letters."""
-        schema, key, src = self.cfg.stream_schema, self.stream_key, self.cfg.source
+    def decoder(self, name: str | None = None) -> Callable[[pa.Table], Decoded]:
+        """Decode raw records of a stream's source (default: the first) into typed rows and dead letters."""
+        name = self.cfg.stream.name if name is None else name
+        st, src = next((st, src) for st, src in self.cfg.streams() if st.name == name)
+        schema, key = st.arrow_schema, self.key_of(name)
+        pos = self.spec.window is not None  # a late row becomes a dead letter after decoding: keep where rows are
         if src.kind == "files":
             fmt, delim, header = src.format, src.csv_delimiter, src.csv_header
-            return lambda raw: decode_files(raw, fmt, schema, key, delim, header)
-        return lambda raw: decode_kafka(raw, schema, key)
+            return lambda raw: decode_files(raw, fmt, schema, key, delim, header, positions=pos)
+        return lambda raw: decode_kafka(raw, schema, key, positions=pos)
+
+    def stream_decoder(self) -> Callable[[pa.Table], dict[str, Decoded]]:
+        """Decode a micro-batch of every stream's raw records (a union tagged by the ``ssbj_stream`` column).
+
+        Returns decoded rows per stream *alias* (the name the SQL gives it), in the spec's stream order.
+        """
+        decoders = {self.alias_of(name): (name, self.decoder(name)) for name in self.cfg.stream_names}
+
+        def decode(raw: pa.Table) -> dict[str, Decoded]:
+            tags = raw.column(STREAM_TAG)
+            out: dict[str, Decoded] = {}
+            for alias in self.spec.streams:
+                name, dec = decoders[alias]
+                part = raw.filter(pc.equal(tags, name)).drop_columns([STREAM_TAG])
+                out[alias] = dec(part)
+            return out
+
+        return decode
 
 
 def _read_all(scan: SqlMasterScan) -> pa.Table:

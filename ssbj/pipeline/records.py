@@ -26,12 +26,21 @@ from ssbj.contracts import DEAD_LETTER_SCHEMA
 _MAX_PAYLOAD = 64 << 10  # bytes of a bad record kept in its dead letter
 
 
+SOURCE_POSITION_SCHEMA = pa.schema([f for f in DEAD_LETTER_SCHEMA if f.name not in ("reason", "payload")])
+"""Where a decoded row came from (the dead-letter columns that locate a record)."""
+
+
 @dataclass
 class Decoded:
-    """Typed rows, in source order, and the dead letters of one batch."""
+    """Typed rows, in source order, and the dead letters of one batch.
+
+    ``sources`` (when asked for): one row per decoded row, where its record is
+    (:data:`SOURCE_POSITION_SCHEMA`), for dead letters found after decoding (late rows).
+    """
 
     rows: pa.Table
     dead: pa.Table
+    sources: pa.Table | None = None
 
 
 @dataclass
@@ -214,19 +223,37 @@ class _DeadLetters:
         return pa.table(self.cols, schema=DEAD_LETTER_SCHEMA)
 
 
-def decode_kafka(raw: pa.Table, schema: pa.Schema, key: str) -> Decoded:
+def _positions(cols: dict[str, list[Any]]) -> pa.Table:
+    return pa.table(
+        {n: cols.get(n, [None] * len(cols["position"])) for n in SOURCE_POSITION_SCHEMA.names},
+        schema=SOURCE_POSITION_SCHEMA,
+    )
+
+
+def decode_kafka(raw: pa.Table, schema: pa.Schema, key: str, positions: bool = False) -> Decoded:
     """Decode Kafka messages (columns value, topic, partition, offset) whose values are JSON objects."""
     values = raw.column("value").to_pylist()
     rows, bad = decode_json(values, schema, key)
     dl = _DeadLetters()
-    if bad:
+    sources = None
+    if bad or positions:
         topics = raw.column("topic").to_pylist()
         parts = raw.column("partition").to_pylist()
         offsets = raw.column("offset").to_pylist()
         for b in bad:
             t, p, o = topics[b.index], parts[b.index], offsets[b.index]
             dl.add(b.reason, f"{t}/{p}/{o}", values[b.index], topic=t, partition=p, offset=o)
-    return Decoded(rows, dl.table())
+        if positions:
+            good = _good_indexes(len(values), bad)
+            sources = _positions(
+                {
+                    "position": [f"{topics[i]}/{parts[i]}/{offsets[i]}" for i in good],
+                    "topic": [topics[i] for i in good],
+                    "partition": [parts[i] for i in good],
+                    "offset": [offsets[i] for i in good],
+                }
+            )
+    return Decoded(rows, dl.table(), sources)
 
 
 def landed_files(raw: pa.Table) -> Iterator[tuple[str, bytes]]:
@@ -253,21 +280,33 @@ def file_lines(content: bytes, header: bool) -> tuple[list[bytes], list[int], by
 
 
 def decode_files(
-    raw: pa.Table, fmt: str, schema: pa.Schema, key: str, delimiter: str = ",", header: bool = True
+    raw: pa.Table,
+    fmt: str,
+    schema: pa.Schema,
+    key: str,
+    delimiter: str = ",",
+    header: bool = True,
+    positions: bool = False,
 ) -> Decoded:
     """Decode landed files (columns path, content) in path order: jsonl, csv or parquet."""
     out: list[pa.Table] = []
     dl = _DeadLetters()
+    where: dict[str, list[Any]] = {"position": [], "file": [], "line": []}
     for path, content in landed_files(raw):
         if fmt == "parquet":
             try:
-                rows, bad, _ = decode_parquet(content, schema, key)
+                rows, bad, n = decode_parquet(content, schema, key)
             except (pa.ArrowInvalid, ValueError, OSError) as exc:
                 dl.add(f"unreadable Parquet file: {_one_line(exc)}", path, None, file=path)
                 continue
             for b in bad:
                 dl.add(b.reason, f"{path}:row {b.index + 1}", None, file=path, line=b.index + 1)
             out.append(rows)
+            if positions:
+                for i in _good_indexes(n, bad):
+                    where["position"].append(f"{path}:row {i + 1}")
+                    where["file"].append(path)
+                    where["line"].append(i + 1)
             continue
         lines, numbers, hdr = file_lines(content, fmt == "csv" and header)
         if fmt == "jsonl":
@@ -277,8 +316,14 @@ def decode_files(
         for b in bad:
             dl.add(b.reason, f"{path}:{numbers[b.index]}", lines[b.index], file=path, line=numbers[b.index])
         out.append(rows)
+        if positions:
+            good = _good_indexes(len(lines), bad) if rows.num_rows else []
+            for i in good:
+                where["position"].append(f"{path}:{numbers[i]}")
+                where["file"].append(path)
+                where["line"].append(numbers[i])
     rows_all = pa.concat_tables(out) if out else schema.empty_table()
-    return Decoded(rows_all, dl.table())
+    return Decoded(rows_all, dl.table(), _positions(where) if positions else None)
 
 
 def decoder(cfg: JobConfig) -> Callable[[pa.Table], Decoded]:
