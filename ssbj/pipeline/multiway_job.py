@@ -316,7 +316,8 @@ class MultiWayProcessor:
             if self.last_batch is None or op.waiting_rows == 0 or not is_committed(self.last_batch):
                 return None
             t0 = time.perf_counter()
-            parts = list(op.drain())
+            # rows kept for a window join stay kept: the streams go on (next run); only the scans finish
+            parts = list(op.drain(release_window=False))
             t1 = time.perf_counter()
             out = self._output(parts)
             segment = self.segment + 1

@@ -347,9 +347,13 @@ class MultiWayJoin:
         """Intermediate rows waiting in the store."""
         return sum(c.rows for cs in self._chunks.values() for c in cs)
 
-    def drain(self) -> Iterator[pa.Table]:
-        """End of a bounded input: step until no row waits."""
-        if self.window is not None and self.window.waiting_rows:
+    def drain(self, release_window: bool = True) -> Iterator[pa.Table]:
+        """End of a bounded input: step until no row waits.
+
+        ``release_window=False``: rows kept for a window join stay (more rows of the streams
+        may come later, e.g. the next run of a pipeline); only the masters' scans finish.
+        """
+        if release_window and self.window is not None and self.window.waiting_rows:
             yield self.process(pa.table({}), end=True)
         while any(self._chunks.values()):
             yield self.process(pa.table({}))
