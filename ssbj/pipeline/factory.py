@@ -15,7 +15,7 @@ from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import is_transient
-from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig, ParquetSink
+from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig, KafkaSource, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.prefetch import PrefetchingScan
@@ -167,6 +167,11 @@ def validate_job(cfg: JobConfig) -> list[str]:
 def _check_kafka(cfg: AnyJobConfig) -> str:
     src = cfg.source
     assert src.kind == "kafka"  # noqa: S101
+    return check_kafka_source(src)
+
+
+def check_kafka_source(src: KafkaSource, label: str = "source") -> str:
+    """Check that the topic exists at the broker; return one line describing it (``label``: where in the file)."""
     try:
         from confluent_kafka.admin import AdminClient
     except ImportError as exc:
@@ -175,6 +180,6 @@ def _check_kafka(cfg: AnyJobConfig) -> str:
     conf.update({k.removeprefix("kafka."): v for k, v in kafka_client_options(src).items()})
     md = AdminClient(conf).list_topics(timeout=10)
     if src.topic not in md.topics:
-        raise ConfigError(f"source.topic {src.topic!r} does not exist at {src.display()}")
+        raise ConfigError(f"{label}.topic {src.topic!r} does not exist at {src.display()}")
     parts = len(md.topics[src.topic].partitions)
-    return f"source: Kafka topic {src.topic} at {src.display()} ({parts} partitions, reader {src.reader})"
+    return f"{label}: Kafka topic {src.topic} at {src.display()} ({parts} partitions, reader {src.reader})"

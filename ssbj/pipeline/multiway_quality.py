@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -29,7 +30,7 @@ from ssbj.contracts import RunCounts, TableName
 from ssbj.credentials import engine
 from ssbj.errors import ConfigError
 from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
-from ssbj.pipeline.factory import _check_kafka
+from ssbj.pipeline.factory import check_kafka_source
 from ssbj.pipeline.multiway_masters import JobQuery
 from ssbj.pipeline.quality import CheckResult, Expectation, _reconcile, _store, validate_table
 from ssbj.sql.cli import describe
@@ -40,6 +41,9 @@ log = logging.getLogger("ssbj.quality")
 def _inner_reached(query: JobQuery) -> set[str]:
     """Aliases joined to the stream through inner edges only."""
     reached = {query.spec.stream}
+    w = query.spec.window
+    if w is not None and w.kind == "inner":
+        reached.add(w.stream)
     for e in query.spec.edges:
         if e.kind == "inner" and e.probe in reached:
             reached.add(e.master)
@@ -56,13 +60,17 @@ def build_multiway_suite(
         if e.kind == "inner":
             keys.update((e.probe, c) for c in e.probe_columns)
             keys.update((e.master, c) for c in e.master_columns)
+    w = spec.window
+    if w is not None and w.kind == "inner":  # the window's keys and event times: NULL never matches either
+        keys.update((spec.stream, c) for c in (*w.probe_keys, w.probe_time))
+        keys.update((w.stream, c) for c in (*w.keys, w.time))
     inner = _inner_reached(query)
     tables = {m.alias: m.table for m in spec.masters}
     out: list[Expectation] = []
     seen: set[str] = set()
     for o in spec.output:
         if (o.alias, o.column) in keys:
-            why = "join key of an inner edge (NULL never matches)"
+            why = "join key (or event time) of an inner join (NULL never matches)"
         elif o.alias in tables and o.alias in inner and not query.schemas[tables[o.alias]].field(o.column).nullable:
             why = "master column NOT NULL in the database, master joined by inner edges"
         else:
@@ -95,7 +103,8 @@ def build_multiway_suite(
     if q.source_id is not None:
         if q.source_id not in columns:
             raise ConfigError(f"quality.source_id: {q.source_id!r} is not an output column ({', '.join(columns)})")
-        if counts.waiting == 0:
+        # with two streams the audit's output source rows count both streams' records: no per-stream figure
+        if counts.waiting == 0 and spec.window is None:
             n = counts.matched_source_rows
             out.append(
                 Expectation(
@@ -136,7 +145,8 @@ def validate_multiway_job(cfg: MultiWayJobConfig) -> list[str]:
     """Check everything a run needs except starting Spark: the query compiles over the real tables."""
     query = JobQuery(cfg)  # reflects every master table and compiles the SQL (the front end's errors)
     plan = query.plan(cfg.join.memory)
-    out = [f"query: {cfg.stream.name} joined with {', '.join(cfg.masters)} at {cfg.database.display()}"]
+    streams = " and ".join(cfg.stream_names)
+    out = [f"query: {streams} joined with {', '.join(cfg.masters)} at {cfg.database.display()}"]
     out += ["  " + line for line in describe(query.spec).splitlines()]
     for name in cfg.masters:
         how = (
@@ -149,13 +159,21 @@ def validate_multiway_job(cfg: MultiWayJobConfig) -> list[str]:
         )
         out.append(f"master {name}: table {query.table(name)}, {how}; columns {', '.join(query.columns[name])}")
     out.append(f"output: {', '.join(f'{f.name} {f.type}' for f in query.output_schema)}")
-    src = cfg.source
-    if src.kind == "files":
-        if not Path(src.path).is_dir():
-            raise ConfigError(f"source.path {src.path!r} is not a directory")
-        out.append(f"source: {src.format} files in {src.path}")
-    else:
-        out.append(_check_kafka(cfg))
+    w = query.spec.window
+    if w is not None:
+        lateness = f"{cfg.join.lateness or 0:g} {'s' if isinstance(w.lateness, timedelta) else 'time units'}"
+        out.append(
+            f"window: {query.stream_tables[query.spec.stream]}.{w.probe_time} and "
+            f"{query.stream_tables[w.stream]}.{w.time} are the event times; allowed lateness {lateness} "
+            "(a later row is a dead letter); one Spark query reads both sources as a union"
+        )
+    for (st, src), label in zip(cfg.streams(), ("source", "second_stream.source"), strict=False):
+        if src.kind == "files":
+            if not Path(src.path).is_dir():
+                raise ConfigError(f"{label}.path {src.path!r} is not a directory")
+            out.append(f"{label}: stream {st.name}, {src.format} files in {src.path}")
+        else:
+            out.append(check_kafka_source(src, label) + f" (stream {st.name})")
     for name, sink in (("sink", cfg.sink), ("dead_letter", cfg.dead_letter)):
         if isinstance(sink, ParquetSink):
             target = Path(sink.path)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
