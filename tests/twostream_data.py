@@ -48,8 +48,20 @@ class Streams:
     bad: dict[str, int] = field(default_factory=dict)
 
 
-def streams(seed: int, files: int = 6, per_file: int = 120, keys: int = 40) -> Streams:
-    """Both streams: event times rise file by file, jitter within the lateness, some rows late."""
+def streams(
+    seed: int,
+    files: int = 6,
+    per_file: int = 120,
+    keys: int = 40,
+    lateness: int = LATENESS,
+    late_frac: dict[str, float] | None = None,
+) -> Streams:
+    """Both streams: event times rise file by file (30 s each), jitter below 10 s, some rows late.
+
+    A late row is ``lateness`` + 40-70 s behind its file; a stream with ``late_frac`` 0 and
+    ``lateness`` >= 40 has no late row however its records are cut into batches.
+    """
+    late_frac = late_frac if late_frac is not None else {"orders": 0.08, "shipments": 0.08}
     rng = random.Random(seed)
     out = Streams()
     for name, p in PREFIX.items():
@@ -65,9 +77,9 @@ def streams(seed: int, files: int = 6, per_file: int = 120, keys: int = 40) -> S
                     out.bad[name] += 1
                     continue
                 base = f * 30 + rng.randrange(0, 30)
-                behind = rng.randrange(0, LATENESS)
-                if rng.random() < 0.08:  # late: far behind the stream's watermark
-                    behind = LATENESS + 40 + rng.randrange(0, 30)
+                behind = rng.randrange(0, 10)
+                if rng.random() < late_frac[name]:  # late: far behind the stream's watermark
+                    behind = lateness + 40 + rng.randrange(0, 30)
                 secs = base - behind
                 ts = None if rng.random() < 0.03 else (T0 + timedelta(seconds=secs)).isoformat()
                 key = None if rng.random() < 0.06 else rng.randrange(0, keys)
@@ -79,7 +91,7 @@ def streams(seed: int, files: int = 6, per_file: int = 120, keys: int = 40) -> S
     return out
 
 
-def late_ids(data: Streams) -> dict[str, set[int]]:
+def late_ids(data: Streams, lateness: int = LATENESS) -> dict[str, set[int]]:
     """Ids of rows below (largest on-time event time of the stream's earlier files) - lateness."""
     late: dict[str, set[int]] = {}
     for name, p in PREFIX.items():
@@ -87,7 +99,7 @@ def late_ids(data: Streams) -> dict[str, set[int]]:
         late[name] = set()
         for rows in data.rows[name]:
             on_time = []
-            wm = None if top is None else top - timedelta(seconds=LATENESS)
+            wm = None if top is None else top - timedelta(seconds=lateness)
             for r in rows:
                 t = r[f"{p}_ts"]
                 if t is not None and wm is not None and t < wm:
