@@ -312,14 +312,26 @@ class SparkSettings(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
-class JobConfig(_Model):
-    """One enrichment job."""
+def stream_columns(v: dict[str, str]) -> dict[str, str]:
+    """Return a stream's ``schema`` (column -> type name) if it declares columns of known types."""
+    if not v:
+        raise ValueError("declare at least one column")
+    for name, t in v.items():
+        if not name or name.startswith("ssbj_"):
+            raise ValueError(f"column name {name!r} is empty or uses the reserved prefix ssbj_")
+        arrow_type(t)
+    return v
 
-    name: str = "ssbj-job"
+
+class EnrichmentJobBase(_Model):
+    """What every enrichment job file has: the stream's source, sinks, trigger, checkpoint, Spark, quality.
+
+    :class:`JobConfig` (one master table) and :class:`MultiWayJobConfig` (SQL over several)
+    add their join; the job-file format is theirs, field by field.
+    """
+
+    name: str
     source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
-    schema_: dict[str, str] = Field(alias="schema", description="column -> type of a stream record")
-    master: Master
-    join: Join
     sink: SinkConfig
     dead_letter: SinkConfig
     trigger: Trigger = Trigger()
@@ -327,16 +339,29 @@ class JobConfig(_Model):
     spark: SparkSettings = SparkSettings()
     quality: Quality = Field(default_factory=lambda: Quality.model_validate({}))
 
+    @property
+    def spark_checkpoint(self) -> str:
+        """Spark's checkpoint location."""
+        return str(Path(self.checkpoint) / "spark")
+
+    @property
+    def operator_checkpoint(self) -> str:
+        """The operator's checkpoint directory (next to Spark's)."""
+        return str(Path(self.checkpoint) / "operator")
+
+
+class JobConfig(EnrichmentJobBase):
+    """One enrichment job."""
+
+    name: str = "ssbj-job"
+    schema_: dict[str, str] = Field(alias="schema", description="column -> type of a stream record")
+    master: Master
+    join: Join
+
     @field_validator("schema_")
     @classmethod
     def _schema(cls, v: dict[str, str]) -> dict[str, str]:
-        if not v:
-            raise ValueError("declare at least one column")
-        for name, t in v.items():
-            if not name or name.startswith("ssbj_"):
-                raise ValueError(f"column name {name!r} is empty or uses the reserved prefix ssbj_")
-            arrow_type(t)
-        return v
+        return stream_columns(v)
 
     @model_validator(mode="after")
     def _key_declared(self) -> JobConfig:
@@ -357,16 +382,6 @@ class JobConfig(_Model):
     def stream_schema(self) -> pa.Schema:
         """Arrow schema of a decoded stream record."""
         return pa.schema([pa.field(n, arrow_type(t)) for n, t in self.schema_.items()])
-
-    @property
-    def spark_checkpoint(self) -> str:
-        """Spark's checkpoint location."""
-        return str(Path(self.checkpoint) / "spark")
-
-    @property
-    def operator_checkpoint(self) -> str:
-        """The operator's checkpoint directory (next to Spark's)."""
-        return str(Path(self.checkpoint) / "operator")
 
     def join_settings(self, master_schema: pa.Schema | None = None) -> JoinSettings:
         """Return the join's settings; without ``master.columns``, every column of ``master_schema``."""
@@ -457,7 +472,7 @@ class MultiWayStream(_Model):
     @field_validator("schema_")
     @classmethod
     def _schema(cls, v: dict[str, str]) -> dict[str, str]:
-        return JobConfig._schema(v)
+        return stream_columns(v)
 
     @model_validator(mode="after")
     def _key_declared(self) -> MultiWayStream:
@@ -522,11 +537,10 @@ class MultiWayJoinSettings(_Model):
     )
 
 
-class MultiWayJobConfig(_Model):
-    """A multi-way enrichment job: a SQL SELECT over one stream and master tables in one database."""
+class MultiWayJobConfig(EnrichmentJobBase):
+    """A multi-way enrichment job: a SQL SELECT over a stream (or two in a window) and master tables in one database."""
 
     name: str = "ssbj-multiway-job"
-    source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
     stream: MultiWayStream
     second_stream: SecondStream | None = Field(
         None, description="a second stream joined with the first within an event-time window (its own source)"
@@ -536,12 +550,6 @@ class MultiWayJobConfig(_Model):
     sql: str | None = Field(None, description="the SELECT (docs/sql.md)")
     sql_file: str | None = Field(None, description="file holding the SELECT (relative to the job file)")
     join: MultiWayJoinSettings = Field(default_factory=lambda: MultiWayJoinSettings.model_validate({}))
-    sink: SinkConfig
-    dead_letter: SinkConfig
-    trigger: Trigger = Trigger()
-    checkpoint: str
-    spark: SparkSettings = SparkSettings()
-    quality: Quality = Field(default_factory=lambda: Quality.model_validate({}))
 
     @field_validator("masters")
     @classmethod
@@ -610,16 +618,6 @@ class MultiWayJobConfig(_Model):
         if self.second_stream is not None:
             out.append((self.second_stream, self.second_stream.source))
         return out
-
-    @property
-    def spark_checkpoint(self) -> str:
-        """Spark's checkpoint location."""
-        return str(Path(self.checkpoint) / "spark")
-
-    @property
-    def operator_checkpoint(self) -> str:
-        """The operator's checkpoint directory (next to Spark's)."""
-        return str(Path(self.checkpoint) / "operator")
 
 
 AnyJobConfig = JobConfig | MultiWayJobConfig
