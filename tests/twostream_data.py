@@ -91,13 +91,21 @@ def streams(
     return out
 
 
-def late_ids(data: Streams, lateness: int = LATENESS) -> dict[str, set[int]]:
-    """Ids of rows below (largest on-time event time of the stream's earlier files) - lateness."""
+def late_ids(data: Streams, lateness: int = LATENESS, step_rows: int | None = None) -> dict[str, set[int]]:
+    """Ids of rows below (largest on-time event time of the stream's earlier steps) - lateness.
+
+    A step is a file's rows, or each ``step_rows`` slice of them (``join.step_rows``).
+    """
     late: dict[str, set[int]] = {}
     for name, p in PREFIX.items():
         top: datetime | None = None
         late[name] = set()
-        for rows in data.rows[name]:
+        steps = [
+            rows[i : i + (step_rows or len(rows) or 1)]
+            for rows in data.rows[name]
+            for i in range(0, len(rows), step_rows or len(rows) or 1)
+        ]
+        for rows in steps:
             on_time = []
             wm = None if top is None else top - timedelta(seconds=lateness)
             for r in rows:

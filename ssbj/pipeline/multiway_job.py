@@ -97,7 +97,7 @@ class MultiWayProcessor:
         self.last_progress: dict[str, Any] = {}
         self._prepared = False
         self._last_batch_end = time.time()
-        self._feeding: tuple[str, int, Decoded] | None = None  # (alias, first source id, rows) of the step running
+        self._feeding: tuple[str, int, Decoded] | None = None  # (alias, first source id, rows) of the batch running
         self._late: list[pa.Table] = []  # dead letters of late rows found in the batch running
 
     # ------------------------------------------------------------------ state
@@ -245,13 +245,10 @@ class MultiWayProcessor:
             return parts
         for side, alias in enumerate(op.spec.streams):
             d = batches[alias]
-            first = op.counters[f"rows_in.{side}"]
+            self._feeding = (alias, op.counters[f"rows_in.{side}"], d)  # ids of this batch's rows start here
             for s in self._steps(d.rows):
-                if s.num_rows == 0:
-                    continue
-                self._feeding = (alias, first, d)
-                parts.append(op.process(s, alias))
-                first += s.num_rows
+                if s.num_rows:
+                    parts.append(op.process(s, alias))
         self._feeding = None
         if not parts and op.waiting_rows:
             parts.append(op.process(pa.table({})))  # scanned masters go on with their R-cycles

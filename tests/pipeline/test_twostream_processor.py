@@ -62,17 +62,17 @@ def _setup(tmp: Path, **join: Any) -> tuple[Any, Any, Any, dict[str, Path]]:
 
 
 @pytest.mark.parametrize(
-    ("crashes", "store"),
+    ("crashes", "store", "step_rows"),
     [
-        ({}, "memory"),
-        ({1: "after-sink", 3: "in-checkpoint"}, "memory"),
-        ({0: "after-checkpoint", 2: "replay", 4: "after-decode"}, "lsm"),
+        ({}, "memory", None),
+        ({1: "after-sink", 3: "in-checkpoint"}, "memory", 50),
+        ({0: "after-checkpoint", 2: "replay", 4: "after-decode"}, "lsm", None),
     ],
 )
 def test_two_streams_with_crashes_equal_duckdb_and_reconcile_per_stream(
-    tmp_path: Path, crashes: dict[int, str], store: str
+    tmp_path: Path, crashes: dict[int, str], store: str, step_rows: int | None
 ) -> None:
-    cfg, data, customer, dirs = _setup(tmp_path, store=store)
+    cfg, data, customer, dirs = _setup(tmp_path, store=store, step_rows=step_rows)
 
     def new() -> MultiWayProcessor:
         return build_multiway_processor(cfg, DirectoryStore(cfg.operator_checkpoint))
@@ -112,7 +112,7 @@ def test_two_streams_with_crashes_equal_duckdb_and_reconcile_per_stream(
         assert not armed, "a planned crash did not happen"
     finally:
         faults.crash_point, faults.store_for = saved  # type: ignore[assignment]
-    late = late_ids(data)
+    late = late_ids(data, step_rows=step_rows)
     assert late["orders"] and late["shipments"]
     expected = duckdb_answer(data, customer, late)
     out = ds.dataset(tmp_path / "out", format="parquet").to_table()
