@@ -20,6 +20,12 @@ derived from it), and a *waiting* one still has derived rows waiting for a scann
 master's R-cycle (:mod:`ssbj.core.multiway.lineage`). With only left edges and no stream
 filter nothing is dropped. They map onto :class:`RunCounts` as matched = output, unmatched
 = dropped.
+
+Two streams joined in a window (``second_stream``): a micro-batch holds records of both
+(``decode`` returns decoded rows per stream alias); the first stream's rows are fed, then
+the second's. A row kept in the window is *waiting*; a late row is a dead letter (reason,
+its record's position). The counts reconcile per stream (:meth:`stream_counts`) and in
+total. A drain finishes the scans but keeps the window's rows (more may come).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+import twostream_data
 import yaml
 from multiway_pipeline_data import COLUMNS, duckdb_answer, job, load_masters, masters, stream, write_landing
 
@@ -100,4 +101,62 @@ def test_multiway_dag_publishes_a_clean_run_and_quarantines_a_bad_one(tmp_path: 
         (quarantined,) = conn.execute(sa.text("SELECT COUNT(*) FROM orders_3way_quarantine")).one()
         statuses = sorted(r[0] for r in conn.execute(sa.text("SELECT status FROM ssbj_audit")))
     assert quarantined > 0 and statuses == ["published", "quarantined"]
+    engine.dispose()
+
+
+def test_multiway_dag_runs_a_two_stream_job(tmp_path: Path, mariadb: MariaDBServer) -> None:
+    """The same DAG, parameterised by SSBJ_MULTIWAY_JOBS, runs a job joining two streams in a window."""
+    tables_os = ("orders_shipments", "orders_shipments_published", "orders_shipments_dead", "ssbj_audit_os")
+    engine = sa.create_engine(mariadb.url)
+    with engine.begin() as conn:
+        for t in tables_os:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {t}"))
+    customer = masters(seed=15, customers=40)["customer"]
+    load_masters(engine, {"customer": customer})
+    data = twostream_data.streams(seed=16, files=3, per_file=80)
+    dirs = twostream_data.write_landing(tmp_path, data)
+    ws = {"connection_id": "ssbj_warehouse"}
+    cfg = twostream_data.job(
+        tmp_path,
+        ws,
+        dirs,
+        {"kind": "database", **ws, "table": "orders_shipments"},
+        {"kind": "database", **ws, "table": "orders_shipments_dead"},
+        quality={"audit_table": "ssbj_audit_os"},
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    load_any_config(path)
+    home = tmp_path / "airflow"
+    home.mkdir()
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW_CONN_SSBJ_WAREHOUSE": f"mysql://{USER}:{PASSWORD}@127.0.0.1:{mariadb.port}/{DATABASE}",
+            "AIRFLOW_CONN_SSBJ_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PYSPARK_PYTHON": sys.executable,
+            "SSBJ_PYTHON": sys.executable,
+            "SSBJ_MULTIWAY_JOBS": str(path),
+        }
+    )
+    res = _airflow(env, "db", "migrate")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = _airflow(env, "dags", "test", "ssbj_multiway_enrich", "2026-11-01T01:00:00+00:00")
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-3000:]
+    expected = twostream_data.duckdb_answer(data, customer, twostream_data.late_ids(data))
+    with engine.connect() as conn:
+        cols = ", ".join(twostream_data.COLUMNS)
+        published = Counter(
+            tuple(r)
+            for r in conn.execute(sa.text(f"SELECT {cols} FROM orders_shipments_published"))  # noqa: S608
+        )
+        audit = conn.execute(sa.text("SELECT status, rows_failing_checks FROM ssbj_audit_os")).all()
+    assert sum(published.values()) == sum(expected.values()) > 0
+    assert published == expected
+    assert [tuple(a) for a in audit] == [("published", 0)]
     engine.dispose()

@@ -17,6 +17,7 @@ after every step. The arrays are sorted by id; their bytes count against the bud
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ssbj.errors import StateError
 
@@ -107,3 +108,42 @@ class SourceLedger:
         self.ids = np.asarray(arrays["ledger_ids"], np.int64)
         self.waiting = np.asarray(arrays["ledger_waiting"], np.int64)
         self.output = np.asarray(arrays["ledger_output"], bool)
+
+
+# ---------------------------------------------------------------------- one ledger per stream
+def source_ids(table: pa.Table, column: str) -> np.ndarray:
+    """Source ids in ``column`` of ``table`` (none if absent; NULL, on NULL-extended rows, skipped)."""
+    if column not in table.column_names:
+        return np.zeros(0, np.int64)
+    c = table.column(column)
+    if c.null_count:
+        c = c.drop_null()
+    return np.asarray(c.to_numpy(), dtype=np.int64)
+
+
+def note(ledgers: list[SourceLedger], columns: list[str], event: str, table: pa.Table) -> None:
+    """Tell each stream's ledger about rows (``waits``, ``leaves`` or ``emitted``) by the ids they carry.
+
+    With a window join a pair carries the ids of both streams (one column each).
+    """
+    for ledger, column in zip(ledgers, columns, strict=False):
+        ids = source_ids(table, column)
+        if len(ids):
+            getattr(ledger, event)(ids)
+
+
+def stream_counts(
+    counters: dict[str, int], aliases: tuple[str, ...], ledgers: list[SourceLedger], window: bool
+) -> dict[str, dict[str, int]]:
+    """Per stream alias: rows in = output + dropped + late + waiting (counters ``<name>.<side>`` with a window)."""
+    out: dict[str, dict[str, int]] = {}
+    for side, (alias, ledger) in enumerate(zip(aliases, ledgers, strict=False)):
+        sfx = f".{side}" if window else ""
+        out[alias] = {
+            "rows_in": counters[f"rows_in{sfx}" if window else "tuples_in"],
+            "output": counters[f"source_rows_out{sfx}"],
+            "dropped": counters[f"source_rows_dropped{sfx}"],
+            "late": counters[f"source_rows_late{sfx}"] if window else 0,
+            "waiting": ledger.pending,
+        }
+    return out

@@ -32,7 +32,7 @@ from ssbj.core.multiway import order as O
 from ssbj.core.multiway import persist
 from ssbj.core.multiway.edgecache import EdgeCache
 from ssbj.core.multiway.keyindex import KeyIndex
-from ssbj.core.multiway.lineage import SOURCE_COLUMN, SourceLedger
+from ssbj.core.multiway.lineage import SOURCE_COLUMN, SourceLedger, note, source_ids, stream_counts
 from ssbj.core.multiway.plan import EdgePlan, build_edges, joined, needed_columns, null_extended, prepare_input, qual
 from ssbj.core.multiway.spec import MultiWaySpec
 from ssbj.core.multiway.store import Chunk, MemoryStore, WaitingStateOverflow, WaitingStore
@@ -292,21 +292,10 @@ class MultiWayJoin:
             self._user_late_sink(alias, rows)
 
     def _side_ids(self, side: int, table: pa.Table) -> np.ndarray:
-        """Source ids of one stream carried by ``table`` (NULL on NULL-extended rows: none)."""
-        col = self._srcs[side]
-        if col not in table.column_names:
-            return np.zeros(0, np.int64)
-        c = table.column(col)
-        if c.null_count:
-            c = c.drop_null()
-        return np.asarray(c.to_numpy(), dtype=np.int64)
+        return source_ids(table, self._srcs[side])
 
     def _note(self, event: str, table: pa.Table) -> None:
-        """Tell every stream's ledger about rows (``waits``, ``leaves`` or ``emitted``) by the ids they carry."""
-        for side, ledger in enumerate(self.ledgers):
-            ids = self._side_ids(side, table)
-            if len(ids):
-                getattr(ledger, event)(ids)
+        note(self.ledgers, self._srcs, event, table)
 
     def _new_chunk_id(self) -> int:
         cid = self._next_chunk
@@ -320,27 +309,7 @@ class MultiWayJoin:
 
     def stream_counts(self) -> dict[str, dict[str, int]]:
         """Per stream alias (``track_sources``): rows in = output + dropped + late + waiting."""
-        out: dict[str, dict[str, int]] = {}
-        for side, (alias, ledger) in enumerate(zip(self.spec.streams, self.ledgers, strict=True)):
-            if self.window is None:
-                c = self.counters
-                out[alias] = {
-                    "rows_in": c["tuples_in"],
-                    "output": c["source_rows_out"],
-                    "dropped": c["source_rows_dropped"],
-                    "late": 0,
-                    "waiting": ledger.pending,
-                }
-            else:
-                c = self.counters
-                out[alias] = {
-                    "rows_in": c[f"rows_in.{side}"],
-                    "output": c[f"source_rows_out.{side}"],
-                    "dropped": c[f"source_rows_dropped.{side}"],
-                    "late": c[f"source_rows_late.{side}"],
-                    "waiting": ledger.pending,
-                }
-        return out
+        return stream_counts(self.counters, self.spec.streams, self.ledgers, self.window is not None)
 
     @property
     def waiting_rows(self) -> int:
