@@ -189,6 +189,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         "counts": c.to_dict(),
         "reconciled": c.reconciled,
     }
+    streams = summary.last_progress.get("streams")  # a window join of two streams: counts per stream
+    if streams:
+        result["streams"] = streams
     if args.summary:
         Path(args.summary).write_text(json.dumps(result, indent=2))
     matched, unmatched = ("output", "dropped") if isinstance(cfg, MultiWayJobConfig) else ("matched", "unmatched")
@@ -197,6 +200,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"({c.matched_source_rows:,} {matched}, {c.unmatched_source_rows:,} {unmatched}, "
         f"{c.dead_letters:,} dead letters, {c.waiting:,} waiting)"
     )
+    for st in (streams or {}).values():
+        print(
+            f"  stream {st['stream']}: {st['records_in']:,} records = {st['output_source_rows']:,} output + "
+            f"{st['dropped_source_rows']:,} dropped + {st['waiting']:,} waiting + {st['dead_letters']:,} dead letters "
+            f"({st['late']:,} late)"
+        )
+    if streams and not all(st["reconciled"] for st in streams.values()):
+        return 1
     return 0 if result["reconciled"] else 1
 
 

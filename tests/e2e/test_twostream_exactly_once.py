@@ -77,3 +77,7 @@ def test_sigkill_mid_stream_and_restart_gives_exactly_the_duckdb_answer(tmp_path
     c = summary["counts"]
     assert summary["reconciled"] and c["records_in"] == sum(len(ls) for fs in data.files.values() for ls in fs)
     assert c["dead_letters"] == len(reasons)
+    per = {s["stream"]: s for s in summary["streams"].values()}
+    assert {n: s["late"] for n, s in per.items()} == {n: len(v) for n, v in late.items()}
+    assert all(s["reconciled"] for s in per.values())
+    assert "stream shipments: " in res.stdout and "late)" in res.stdout
