@@ -32,7 +32,7 @@ from ssbj.errors import ConfigError, DependencyError, ServiceError, StateError, 
 from ssbj.pipeline.cq_processor import CqProcessor, CqTotals
 from ssbj.pipeline.cq_records import DecodedChanges, decode_batch, snapshot_changes
 from ssbj.pipeline.factory import build_sink
-from ssbj.pipeline.job import spark_session
+from ssbj.pipeline.job import files_reader, kafka_reader, spark_session
 from ssbj.pipeline.restarts import restart_delay
 from ssbj.retry import RetryPolicy
 
@@ -54,16 +54,8 @@ class CqRunSummary:
 def _file_frame(spark: Any, relation: str, src: FileChanges) -> Any:
     from pyspark.sql import functions as F
 
-    if not Path(src.path).is_dir():
-        raise ConfigError(f"sources.{relation}.path {src.path!r} is not a directory")
-    reader = (
-        spark.readStream.format("binaryFile")
-        .schema("path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY")
-        .option("maxFilesPerTrigger", src.max_files_per_trigger)
-    )
-    if src.glob:
-        reader = reader.option("pathGlobFilter", src.glob)
-    return reader.load(src.path).select(
+    frame = files_reader(spark, src.path, src.max_files_per_trigger, src.glob, f"sources.{relation}.path")
+    return frame.select(
         F.lit(relation).alias("relation"),
         F.col("content").alias("value"),
         F.lit(None).cast("string").alias("topic"),
@@ -76,26 +68,7 @@ def _file_frame(spark: Any, relation: str, src: FileChanges) -> Any:
 def _kafka_frame(spark: Any, relation: str, src: KafkaSource) -> Any:
     from pyspark.sql import functions as F
 
-    if src.reader == "python":
-        from ssbj.adapters.kafka_source import KafkaDataSource  # optional extra: imports pyspark
-
-        spark.dataSource.register(KafkaDataSource)
-        fmt = KafkaDataSource.name()
-    else:
-        fmt = "kafka"
-    reader = (
-        spark.readStream.format(fmt)
-        .option("kafka.bootstrap.servers", kafka_bootstrap(src))
-        .option("subscribe", src.topic)
-        .option("startingOffsets", src.starting_offsets)
-    )
-    if src.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
-    for k, v in kafka_client_options(src).items():
-        reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", v)
-    for k, v in src.reader_options.items():
-        reader = reader.option(k, v)
-    return reader.load().select(
+    return kafka_reader(spark, src).select(
         F.lit(relation).alias("relation"),
         F.col("value").cast("binary"),
         F.col("topic"),

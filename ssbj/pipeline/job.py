@@ -92,16 +92,28 @@ def source_frame(spark: Any, cfg: AnyJobConfig) -> Any:
 def _one_source(spark: Any, src: FileSource | KafkaSource) -> Any:
     """Return the streaming DataFrame of raw records of one source."""
     if src.kind == "files":
-        if not Path(src.path).is_dir():
-            raise ConfigError(f"source.path {src.path!r} is not a directory")
-        reader = (
-            spark.readStream.format("binaryFile")
-            .schema("path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY")
-            .option("maxFilesPerTrigger", src.max_files_per_trigger)
+        return files_reader(spark, src.path, src.max_files_per_trigger, src.glob, "source.path").select(
+            "path", "content"
         )
-        if src.glob:
-            reader = reader.option("pathGlobFilter", src.glob)
-        return reader.load(src.path).select("path", "content")
+    return kafka_reader(spark, src).select("value", "topic", "partition", "offset")
+
+
+def files_reader(spark: Any, path: str, max_files: int, glob: str | None, field: str) -> Any:
+    """Return the stream of files landing in directory ``path`` (columns path, content, ...)."""
+    if not Path(path).is_dir():
+        raise ConfigError(f"{field} {path!r} is not a directory")
+    reader = (
+        spark.readStream.format("binaryFile")
+        .schema("path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY")
+        .option("maxFilesPerTrigger", max_files)
+    )
+    if glob:
+        reader = reader.option("pathGlobFilter", glob)
+    return reader.load(path)
+
+
+def kafka_reader(spark: Any, src: KafkaSource) -> Any:
+    """Return the stream of a Kafka topic's records (value, topic, partition, offset, ...)."""
     if src.reader == "python":
         from ssbj.adapters.kafka_source import KafkaDataSource  # optional extra: imports pyspark
 
@@ -121,7 +133,7 @@ def _one_source(spark: Any, src: FileSource | KafkaSource) -> Any:
         reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", v)
     for k, v in src.reader_options.items():  # the reader's own options, as they are
         reader = reader.option(k, v)
-    return reader.load().select("value", "topic", "partition", "offset")
+    return reader.load()
 
 
 class EnrichmentJob:
