@@ -156,8 +156,8 @@ class FastCore:
         self._alloc_tuples(256)
 
     # -- storage
-    def _alloc_tuples(self, cap: int) -> None:
-        old = getattr(self, "t_node", None)
+    def _alloc_tuples(self, cap: int, keep: bool = True) -> None:
+        old = getattr(self, "t_node", None) if keep else None
         hw = int(self.cnt[2])
         k, mc, w, ns = self.k, self.maxc, self.w, self.ns
         new = {
@@ -388,7 +388,7 @@ class FastCore:
         self.cnt = arrays["cnt"].copy()
         self.hk, self.hv = arrays["hk"].copy(), arrays["hv"].copy()
         hw = int(self.cnt[2])
-        self._alloc_tuples(max(256, hw + hw // 4))
+        self._alloc_tuples(max(256, hw + hw // 4), keep=False)
         for name in self.TUPLE_ARRAYS:
             getattr(self, name)[:hw] = arrays[name]
         self.t_free[: int(self.cnt[1])] = arrays["t_free"]
