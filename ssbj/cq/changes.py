@@ -74,13 +74,13 @@ def _row_json(table: pa.Table, i: int) -> str:
     return json.dumps(row, default=str, sort_keys=True)
 
 
-def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.ndarray]:
-    """``col`` cast to ``typ``, with a bad-row mask (values that do not cast safely become NULL)."""
+def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
+    """``col`` cast to ``typ``, with a bad-row mask (values that do not cast safely become NULL; None: no bad row)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if arr.type == typ:
-        return arr, np.zeros(len(arr), dtype=bool)
+        return arr, None
     try:
-        return pc.cast(arr, typ, safe=True), np.zeros(len(arr), dtype=bool)
+        return pc.cast(arr, typ, safe=True), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     bad = np.zeros(len(arr), dtype=bool)
@@ -92,6 +92,14 @@ def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.n
             bad[i] = True
             out.append(None)
     return pa.array(out, typ), bad
+
+
+def _longest_bytes(arr: pa.Array) -> int:
+    """The longest value's length in bytes (>= its length in characters), from the offsets alone."""
+    if not pa.types.is_string(arr.type):
+        return int(pc.max(pc.binary_length(arr)).as_py() or 0)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    return int(np.diff(offsets).max())
 
 
 def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, list[DeadLetter]]:
@@ -113,7 +121,9 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     ops = table.column(OP).cast(pa.string())
     mark(~np.asarray(pc.fill_null(pc.is_in(ops, value_set=pa.array(["+", "-"])), False)), "_op is not '+' or '-'")
     seq, bad_seq = _cast_column(table.column(SEQ), pa.int64())
-    mark(bad_seq | np.asarray(pc.is_null(seq)), "_seq is NULL or not an integer")
+    if bad_seq is not None or seq.null_count:
+        null_seq = np.asarray(pc.is_null(seq))
+        mark(null_seq if bad_seq is None else bad_seq | null_seq, "_seq is NULL or not an integer")
     # a delete names its tuple by primary key: its other columns are not read, not checked
     # (a Debezium delete may carry the key alone)
     inserts = np.asarray(pc.fill_null(pc.equal(ops, "+"), True))
@@ -121,10 +131,11 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     for name, c in spec.columns.items():
         checked = np.ones(n, dtype=bool) if name in spec.primary_key else inserts
         arr, bad = _cast_column(table.column(name), c.type)
-        mark(bad & checked, f"{name}: value does not fit {c.type}")
+        if bad is not None:
+            mark(bad & checked, f"{name}: value does not fit {c.type}")
         if c.not_null and arr.null_count:
             mark(np.asarray(pc.is_null(arr)) & checked, f"{name}: NULL in a NOT NULL column")
-        if c.max_length is not None and len(arr):
+        if c.max_length is not None and len(arr) and _longest_bytes(arr) > c.max_length:  # else no row is too long
             too_long = np.asarray(pc.fill_null(pc.greater(pc.utf8_length(arr), c.max_length), False))
             mark(too_long & checked, f"{name}: longer than {c.max_length}")
         cols[name] = arr
