@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssbj.cq.expr import evaluate, to_array
-from ssbj.cq.kernels import EMPTY, apply_changes, rehash
+from ssbj.cq.kernels import EMPTY, apply_changes, grow
 from ssbj.cq.query import QueryPlan
 
 MAX_LOAD = 0.7  # the hash grows before a batch could take it past this load
@@ -182,21 +182,12 @@ class FastCore:
 
     TUPLE_ARRAYS = ("t_node", "t_pk", "t_fk", "t_fkn", "t_s", "t_live", "t_next", "t_prev", "t_val", "t_valn")
 
-    def _reserve(self, new_slots: int, new_entries: int) -> None:
-        """Room for ``new_slots`` tuples and ``new_entries`` hash entries, so the kernel never grows."""
+    def _reserve(self, new_slots: int) -> None:
+        """Room for ``new_slots`` more tuples (the kernel grows the hash itself, not the slots)."""
         cap = len(self.t_node)
         hw, free = int(self.cnt[2]), int(self.cnt[1])
         if hw + new_slots - free > cap:
             self._alloc_tuples(max(2 * cap, hw + new_slots))
-        need = int(self.cnt[0]) + new_entries
-        h = len(self.hv)
-        if need > MAX_LOAD * h:
-            while need > 0.5 * h:
-                h *= 2
-            nk = np.full((h, self.hk.shape[1]), EMPTY, np.int64)
-            nv = np.zeros(h, np.int64)
-            rehash(self.hk, self.hv, nk, nv)
-            self.hk, self.hv = nk, nv
 
     # -- the boundary
     def _encode(self, si: int, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -312,9 +303,7 @@ class FastCore:
 
         g_rel = np.repeat(np.array([self.rel_id_of(r) for r in rel_of], np.int64), sizes)
         g_ins = cat("ins")
-        n_ins = int(g_ins.sum())
-        rel_nodes = self.meta[11]
-        self._reserve(n_ins * self.max_al, n_ins * (1 + self.max_al * (1 + self.maxc)))
+        self._reserve(sum(int(p["ins"].sum()) * len(self.plan.aliases_of(r)) for p, r in zip(prepared, rel_of, strict=True)))
         c_row = offs[rels] + rows
         out0 = (
             np.empty((max(16, len(c_row)), self.out_w), np.int64),
@@ -322,8 +311,7 @@ class FastCore:
             np.empty(max(16, len(c_row)), np.int8),
             0,
         )
-        del rel_nodes
-        status, out = apply_changes(
+        status, out, self.hk, self.hv = apply_changes(
             c_row,
             stale,
             g_rel,
@@ -350,6 +338,8 @@ class FastCore:
             self.cnt,
             self.meta,
             out0,
+            1 + self.max_al * (1 + self.maxc),
+            MAX_LOAD,
         )
         o_w, o_n, o_s, n_out = out
         o_w, o_n, o_s = o_w[:n_out], o_n[:n_out], o_s[:n_out]
@@ -376,17 +366,21 @@ class FastCore:
 
     # -- state
     def arrays(self) -> dict[str, np.ndarray]:
-        """The state's arrays, the tuple slots cut to the high-water mark."""
+        """The state's arrays: tuple slots cut to the high-water mark, the hash's entries without its empty slots."""
         hw, free = int(self.cnt[2]), int(self.cnt[1])
         out = {name: getattr(self, name)[:hw] for name in self.TUPLE_ARRAYS}
         out["t_free"] = self.t_free[:free]
-        out["hk"], out["hv"], out["cnt"] = self.hk, self.hv, self.cnt
+        used = self.hk[:, 0] != EMPTY
+        out["hk"], out["hv"], out["cnt"] = self.hk[used], self.hv[used], self.cnt
         return out
 
     def load_arrays(self, arrays: dict[str, np.ndarray], dicts: dict[int, list[str]]) -> None:
         """Restore :meth:`arrays` (and the string dictionaries)."""
         self.cnt = arrays["cnt"].copy()
-        self.hk, self.hv = arrays["hk"].copy(), arrays["hv"].copy()
+        cap = 1024
+        while len(arrays["hv"]) > 0.5 * cap:
+            cap *= 2
+        self.hk, self.hv = grow(arrays["hk"], arrays["hv"], cap)  # the layout may differ; the entries do not
         hw = int(self.cnt[2])
         self._alloc_tuples(max(256, hw + hw // 4), keep=False)
         for name in self.TUPLE_ARRAYS:

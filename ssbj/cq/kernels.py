@@ -102,6 +102,15 @@ def rehash(hk: np.ndarray, hv: np.ndarray, nk: np.ndarray, nv: np.ndarray) -> No
 
 
 @njit(cache=True)
+def grow(hk: np.ndarray, hv: np.ndarray, cap: int) -> tuple:  # type: ignore[type-arg]  # pragma: no cover
+    """A table of ``cap`` slots (a power of two) holding the entries of ``hk``/``hv``."""
+    nk = np.full((cap, hk.shape[1]), EMPTY, np.int64)
+    nv = np.zeros(cap, np.int64)
+    rehash(hk, hv, nk, nv)
+    return nk, nv
+
+
+@njit(cache=True)
 def _emit(
     x: int,
     sign: int,
@@ -170,8 +179,14 @@ def apply_changes(
     cnt: np.ndarray,  # [hash entries, free slots, high-water mark]
     meta: tuple,  # type: ignore[type-arg]
     out: tuple,  # type: ignore[type-arg]
+    per_change: int,  # most hash entries one change adds
+    max_load: float,
 ) -> tuple:  # type: ignore[type-arg]  # pragma: no cover - compiled
-    """Apply the changes; returns (status per change, ΔQ words, ΔQ null flags, ΔQ signs, ΔQ rows)."""
+    """Apply the changes; returns (status per change, ΔQ (words, null flags, signs, rows), hash keys, hash values).
+
+    The hash doubles whenever a change could take it past ``max_load``; the tuple slots
+    must have room for the batch's inserts (the caller reserves them).
+    """
     (node_nc, node_parent, node_ppos, node_child, node_vw, node_ns, _, _, _, _, _, rel_nodes) = meta
     rel_ptag = rel_nodes[:, 0]  # presence tag, or -1: the relation's single alias holds presence
     n_aliases = rel_nodes[:, 1]
@@ -180,6 +195,8 @@ def apply_changes(
     status = np.zeros(c_row.shape[0], np.int8)
     stack = np.empty(64, np.int64)
     for k in range(c_row.shape[0]):
+        if cnt[0] + per_change > max_load * hk.shape[0]:
+            hk, hv = grow(hk, hv, 2 * hk.shape[0])
         if c_stale[k]:
             status[k] = STALE
             continue
@@ -336,4 +353,4 @@ def apply_changes(
                 t_s[x] = 0
                 t_free[cnt[1]] = x
                 cnt[1] += 1
-    return status, out
+    return status, out, hk, hv
