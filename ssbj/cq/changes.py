@@ -95,7 +95,7 @@ def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.n
 
 
 def _longest_bytes(arr: pa.Array) -> int:
-    """The longest value's length in bytes (>= its length in characters), from the offsets alone."""
+    """Return the longest value's length in bytes (>= its length in characters), from the offsets alone."""
     if not pa.types.is_string(arr.type):
         return int(pc.max(pc.binary_length(arr)).as_py() or 0)
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]

@@ -72,6 +72,19 @@ def _int_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 class FastCore:
     """Array state of one query's join tree, and the batch boundary around the kernel."""
 
+    # tuple slots (see kernels.apply_changes), allocated by _alloc_tuples
+    t_node: np.ndarray
+    t_pk: np.ndarray
+    t_fk: np.ndarray
+    t_fkn: np.ndarray
+    t_s: np.ndarray
+    t_live: np.ndarray
+    t_next: np.ndarray
+    t_prev: np.ndarray
+    t_val: np.ndarray
+    t_valn: np.ndarray
+    t_free: np.ndarray
+
     def __init__(self, plan: QueryPlan, layout: list[int]) -> None:
         self.plan = plan
         order = plan.order
@@ -97,7 +110,9 @@ class FastCore:
         self.w = max(1, int(node_vw.max()))
         self.ns = max(1, int(node_ns.max()))
         node_nc = np.array([len(plan.aliases[a].children) for a in order], np.int64)
-        node_parent = np.array([self.node_id[plan.aliases[a].parent or a] if plan.aliases[a].parent else -1 for a in order], np.int64)
+        node_parent = np.array(
+            [self.node_id[plan.aliases[a].parent or a] if plan.aliases[a].parent else -1 for a in order], np.int64
+        )
         node_ppos = np.full(nn, -1, np.int64)
         node_child = np.full((nn, self.maxc), -1, np.int64)
         for a in order:
@@ -160,7 +175,7 @@ class FastCore:
         old = getattr(self, "t_node", None) if keep else None
         hw = int(self.cnt[2])
         k, mc, w, ns = self.k, self.maxc, self.w, self.ns
-        new = {
+        new: dict[str, np.ndarray] = {
             "t_node": np.full(cap, -1, np.int64),
             "t_pk": np.zeros((cap, k), np.int64),
             "t_fk": np.zeros((cap, mc, k), np.int64),
@@ -253,7 +268,7 @@ class FastCore:
         return out.cast(t)
 
     def prepare(self, relation: str, table: pa.Table) -> dict[str, np.ndarray]:
-        """A relation's validated change rows as the kernel's per-row arrays."""
+        """Return a relation's validated change rows as the kernel's per-row arrays."""
         plan = self.plan
         n = table.num_rows
         k, a_max, mc = self.k, self.max_al, self.maxc
@@ -292,7 +307,12 @@ class FastCore:
         return {"pk": pk, "ins": ins, "sel": sel, "fk": fk, "fkn": fkn, "val": val, "valn": valn}
 
     def run(
-        self, prepared: list[dict[str, np.ndarray]], rel_of: list[int], rels: np.ndarray, rows: np.ndarray, stale: np.ndarray
+        self,
+        prepared: list[dict[str, np.ndarray]],
+        rel_of: list[str],
+        rels: np.ndarray,
+        rows: np.ndarray,
+        stale: np.ndarray,
     ) -> tuple[np.ndarray, list[pa.Array] | None, list[pa.Array] | None, int, int]:
         """Apply changes (sorted: part ``rels[k]``, row ``rows[k]``); status per change, ΔQ plus/minus slot arrays."""
         sizes = np.array([len(p["ins"]) for p in prepared], np.int64)
@@ -303,7 +323,9 @@ class FastCore:
 
         g_rel = np.repeat(np.array([self.rel_id_of(r) for r in rel_of], np.int64), sizes)
         g_ins = cat("ins")
-        self._reserve(sum(int(p["ins"].sum()) * len(self.plan.aliases_of(r)) for p, r in zip(prepared, rel_of, strict=True)))
+        self._reserve(
+            sum(int(p["ins"].sum()) * len(self.plan.aliases_of(r)) for p, r in zip(prepared, rel_of, strict=True))
+        )
         c_row = offs[rels] + rows
         out0 = (
             np.empty((max(16, len(c_row)), self.out_w), np.int64),
@@ -366,7 +388,7 @@ class FastCore:
 
     # -- state
     def arrays(self) -> dict[str, np.ndarray]:
-        """The state's arrays: tuple slots cut to the high-water mark, the hash's entries without its empty slots."""
+        """Return the state's arrays: tuple slots cut to the high-water mark, the hash's entries alone."""
         hw, free = int(self.cnt[2]), int(self.cnt[1])
         out = {name: getattr(self, name)[:hw] for name in self.TUPLE_ARRAYS}
         out["t_free"] = self.t_free[:free]
@@ -390,7 +412,7 @@ class FastCore:
         self._codes = {si: {v: i for i, v in enumerate(vals)} for si, vals in self.dicts.items()}
 
     def state(self) -> dict[str, Any]:
-        """The state in a comparable form: tuple arrays as bytes, hash entries sorted (layout-free)."""
+        """Return the state comparably: tuple arrays as bytes, hash entries sorted (layout-free)."""
         arrs = self.arrays()
         used = self.hk[:, 0] != EMPTY
         entries = np.column_stack([self.hk[used], self.hv[used]])
@@ -404,4 +426,4 @@ class FastCore:
     def nbytes(self) -> int:
         """Bytes held by the arrays (allocated capacity) and the string dictionaries."""
         total = sum(getattr(self, n).nbytes for n in (*self.TUPLE_ARRAYS, "t_free", "hk", "hv", "cnt"))
-        return total + sum(sum(len(v) + 49 for v in vals) for vals in self.dicts.values())
+        return int(total) + sum(sum(len(v) + 49 for v in vals) for vals in self.dicts.values())

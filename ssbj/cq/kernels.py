@@ -60,7 +60,9 @@ def h_get(hk: np.ndarray, hv: np.ndarray, tag: int, key: np.ndarray) -> int:  # 
 
 
 @njit(cache=True)
-def h_put(hk: np.ndarray, hv: np.ndarray, cnt: np.ndarray, i: int, tag: int, key: np.ndarray, v: int) -> None:  # pragma: no cover
+def h_put(
+    hk: np.ndarray, hv: np.ndarray, cnt: np.ndarray, i: int, tag: int, key: np.ndarray, v: int
+) -> None:  # pragma: no cover
     """Fill the empty slot ``i`` (from :func:`h_find`) with ``(tag, key) -> v``."""
     hk[i, 0] = tag
     for j in range(key.shape[0]):
@@ -103,7 +105,7 @@ def rehash(hk: np.ndarray, hv: np.ndarray, nk: np.ndarray, nv: np.ndarray) -> No
 
 @njit(cache=True)
 def grow(hk: np.ndarray, hv: np.ndarray, cap: int) -> tuple:  # type: ignore[type-arg]  # pragma: no cover
-    """A table of ``cap`` slots (a power of two) holding the entries of ``hk``/``hv``."""
+    """Return a table of ``cap`` slots (a power of two) holding the entries of ``hk``/``hv``."""
     nk = np.full((cap, hk.shape[1]), EMPTY, np.int64)
     nv = np.zeros(cap, np.int64)
     rehash(hk, hv, nk, nv)
@@ -206,10 +208,7 @@ def apply_changes(
         ptag = rel_ptag[r]
         single = rel_nodes[r, 2]
         # presence
-        if ptag >= 0:
-            hp = h_find(hk, ptag, pk)
-        else:
-            hp = h_find(hk, single, pk)
+        hp = h_find(hk, ptag if ptag >= 0 else single, pk)
         if g_ins[g]:
             if hp >= 0:
                 status[k] = PRESENT

@@ -211,7 +211,7 @@ class ContinuousQuery:
         stale: np.ndarray,
         dead: list[DeadLetter],
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """The changes (sorted by ``_seq``) through the array engine; the answer's (removed, added) rows."""
+        """Apply sorted changes with the array engine; return the answer's (removed, added) rows."""
         fast = self.fast
         assert fast is not None  # noqa: S101
         prepared = [fast.prepare(name, table) for name, table in zip(names, raw, strict=True)]
@@ -232,7 +232,7 @@ class ContinuousQuery:
         stale: np.ndarray,
         dead: list[DeadLetter],
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """The changes (sorted by ``_seq``) through the dict engine, one by one."""
+        """Apply sorted changes with the dict engine, one by one."""
         prepared = [(name, *self._prepare(name, table)) for name, table in zip(names, raw, strict=True)]
         root = self.nodes[self.plan.root]
         plus, minus = root.sink
@@ -335,8 +335,10 @@ class ContinuousQuery:
         }
 
     def nbytes(self) -> int:
-        """Size of the state in bytes: the fast engine's arrays (allocated), Python objects one by one
-        (``sys.getsizeof``, shared objects once)."""
+        """Size of the state in bytes.
+
+        The fast engine's arrays as allocated, Python objects one by one (``sys.getsizeof``, shared objects once).
+        """
         import sys
 
         seen: set[int] = set()

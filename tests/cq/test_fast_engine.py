@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from cq.test_properties import _ddl, _frames, _sql, scenario
 from cq_reference import EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from cq.test_properties import _ddl, _frames, _sql, scenario
 
 from ssbj.cq.maintainer import ContinuousQuery
 from ssbj.cq.query import plan_query
@@ -179,7 +179,10 @@ def test_engine_selection() -> None:
     assert ContinuousQuery(q5).engine == "reference"
     with pytest.raises(ConfigError, match="assertion keys"):
         ContinuousQuery(q5, engine="fast")
-    text = parse_schema("create table p (k varchar(5) primary key, c varchar(5) references c(k)); create table c (k varchar(5) primary key, v integer);")
+    text = parse_schema(
+        "create table p (k varchar(5) primary key, c varchar(5) references c(k));"
+        "create table c (k varchar(5) primary key, v integer);"
+    )
     strings = plan_query("select sum(c.v) as s from p, c where p.c = c.k", text)
     assert ContinuousQuery(strings).engine == "reference"
     with pytest.raises(ConfigError, match="integer keys only"):
@@ -190,8 +193,13 @@ def test_engine_selection() -> None:
 
 def test_growth_and_complete_deletion_leave_no_entry() -> None:
     """Tables grow across many small batches; deleting everything empties the hash and frees every slot."""
-    ddl = "create table c (k integer primary key, g integer); create table p (k bigint primary key, c integer references c(k), v integer);"
-    plan = plan_query("select c.g, sum(p.v) as s, count(*) as n from p, c where p.c = c.k group by c.g", parse_schema(ddl))
+    ddl = (
+        "create table c (k integer primary key, g integer);"
+        "create table p (k bigint primary key, c integer references c(k), v integer);"
+    )
+    plan = plan_query(
+        "select c.g, sum(p.v) as s, count(*) as n from p, c where p.c = c.k group by c.g", parse_schema(ddl)
+    )
     cq = ContinuousQuery(plan)
     assert cq.fast is not None
     rng = np.random.default_rng(0)
