@@ -108,15 +108,14 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     if missing:
         raise InputError(f"changes of {relation} lack column(s) {missing}")
     n = table.num_rows
-    reasons: list[str | None] = [None] * n
+    reasons: dict[int, str] = {}  # row -> the first reason found
     pos = table.column(POS) if POS in table.column_names else pa.array(np.arange(n, dtype=np.int64))
 
     def mark(mask: np.ndarray, why: str) -> None:
         if not mask.any():
             return
-        for i in np.flatnonzero(mask):
-            if reasons[i] is None:
-                reasons[i] = why
+        for i in np.flatnonzero(mask).tolist():
+            reasons.setdefault(i, why)
 
     ops = table.column(OP).cast(pa.string())
     mark(~np.asarray(pc.fill_null(pc.is_in(ops, value_set=pa.array(["+", "-"])), False)), "_op is not '+' or '-'")
@@ -143,12 +142,12 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     cols[SEQ] = seq
     cols[POS] = pos.combine_chunks() if isinstance(pos, pa.ChunkedArray) else pos
     out = pa.table(cols)
-    bad_rows = [i for i, r in enumerate(reasons) if r is not None]
+    bad_rows = sorted(reasons)
     if not bad_rows:
         return out, []
     seqs = seq.to_pylist()
     posl = cols[POS].to_pylist()
-    letters = [DeadLetter(relation, seqs[i], int(posl[i]), reasons[i] or "", _row_json(table, i)) for i in bad_rows]
+    letters = [DeadLetter(relation, seqs[i], int(posl[i]), reasons[i], _row_json(table, i)) for i in bad_rows]
     keep = np.ones(n, dtype=bool)
     keep[bad_rows] = False
     return out.filter(pa.array(keep)), letters

@@ -166,8 +166,7 @@ class FastCore:
         self.dicts: dict[int, list[str]] = {si: [] for si, k in enumerate(self.kinds) if k[0] == "str"}
         self._codes: dict[int, dict[str, int]] = {si: {} for si in self.dicts}
         self.cnt = np.zeros(3, np.int64)  # hash entries, free slots, high-water mark
-        self.hk = np.full((1024, 1 + self.k), EMPTY, np.int64)
-        self.hv = np.zeros(1024, np.int64)
+        self.hk = np.full((1024, 2 + self.k), EMPTY, np.int64)  # rows: tag, key words, value
         self._alloc_tuples(256)
 
     # -- storage
@@ -333,7 +332,7 @@ class FastCore:
             np.empty(max(16, len(c_row)), np.int8),
             0,
         )
-        status, out, self.hk, self.hv = apply_changes(
+        status, out, self.hk = apply_changes(
             c_row,
             stale,
             g_rel,
@@ -345,7 +344,6 @@ class FastCore:
             cat("val"),
             cat("valn"),
             self.hk,
-            self.hv,
             self.t_node,
             self.t_pk,
             self.t_fk,
@@ -393,16 +391,16 @@ class FastCore:
         out = {name: getattr(self, name)[:hw] for name in self.TUPLE_ARRAYS}
         out["t_free"] = self.t_free[:free]
         used = self.hk[:, 0] != EMPTY
-        out["hk"], out["hv"], out["cnt"] = self.hk[used], self.hv[used], self.cnt
+        out["hk"], out["cnt"] = self.hk[used], self.cnt
         return out
 
     def load_arrays(self, arrays: dict[str, np.ndarray], dicts: dict[int, list[str]]) -> None:
         """Restore :meth:`arrays` (and the string dictionaries)."""
         self.cnt = arrays["cnt"].copy()
         cap = 1024
-        while len(arrays["hv"]) > 0.5 * cap:
+        while len(arrays["hk"]) > 0.5 * cap:
             cap *= 2
-        self.hk, self.hv = grow(arrays["hk"], arrays["hv"], cap)  # the layout may differ; the entries do not
+        self.hk = grow(arrays["hk"], cap)  # the layout may differ; the entries do not
         hw = int(self.cnt[2])
         self._alloc_tuples(max(256, hw + hw // 4), keep=False)
         for name in self.TUPLE_ARRAYS:
@@ -415,9 +413,9 @@ class FastCore:
         """Return the state comparably: tuple arrays as bytes, hash entries sorted (layout-free)."""
         arrs = self.arrays()
         used = self.hk[:, 0] != EMPTY
-        entries = np.column_stack([self.hk[used], self.hv[used]])
+        entries = self.hk[used]
         entries = entries[np.lexsort(entries.T[::-1])] if len(entries) else entries
-        out: dict[str, Any] = {n: a.tobytes() for n, a in arrs.items() if n not in ("hk", "hv", "cnt")}
+        out: dict[str, Any] = {n: a.tobytes() for n, a in arrs.items() if n not in ("hk", "cnt")}
         out["hash"] = entries.tobytes()
         out["cnt"] = self.cnt.tolist()
         out["dicts"] = self.dicts
@@ -425,5 +423,5 @@ class FastCore:
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (allocated capacity) and the string dictionaries."""
-        total = sum(getattr(self, n).nbytes for n in (*self.TUPLE_ARRAYS, "t_free", "hk", "hv", "cnt"))
+        total = sum(getattr(self, n).nbytes for n in (*self.TUPLE_ARRAYS, "t_free", "hk", "cnt"))
         return int(total) + sum(sum(len(v) + 49 for v in vals) for vals in self.dicts.values())

@@ -1,6 +1,6 @@
 """Numba kernels of the array-encoded live-tuple maintenance (:mod:`ssbj.cq.fastcore`).
 
-One hash table maps ``(tag, key words)`` to an int64 value for every lookup the
+One hash table maps ``(tag, key words)`` to an int64 value (a row: tag, key words, value) for every lookup the
 algorithm makes: a tag is a node (alias: key -> tuple slot, or -1 for a present tuple
 its selection dropped), an index I(R, R_c) (foreign key -> the head of a doubly linked
 list of the parent slots that reference it) or a relation's presence (relations with
@@ -53,63 +53,60 @@ def h_find(hk: np.ndarray, tag: int, key: np.ndarray) -> int:  # pragma: no cove
 
 
 @njit(cache=True)
-def h_get(hk: np.ndarray, hv: np.ndarray, tag: int, key: np.ndarray) -> int:  # pragma: no cover - compiled
+def h_get(hk: np.ndarray, tag: int, key: np.ndarray) -> int:  # pragma: no cover - compiled
     """Value of ``(tag, key)``, or -2 if absent."""
     i = h_find(hk, tag, key)
-    return hv[i] if i >= 0 else -2
+    return hk[i, hk.shape[1] - 1] if i >= 0 else -2
 
 
 @njit(cache=True)
-def h_put(
-    hk: np.ndarray, hv: np.ndarray, cnt: np.ndarray, i: int, tag: int, key: np.ndarray, v: int
-) -> None:  # pragma: no cover
+def h_put(hk: np.ndarray, cnt: np.ndarray, i: int, tag: int, key: np.ndarray, v: int) -> None:  # pragma: no cover
     """Fill the empty slot ``i`` (from :func:`h_find`) with ``(tag, key) -> v``."""
     hk[i, 0] = tag
     for j in range(key.shape[0]):
         hk[i, 1 + j] = key[j]
-    hv[i] = v
+    hk[i, hk.shape[1] - 1] = v
     cnt[0] += 1
 
 
 @njit(cache=True)
-def h_del(hk: np.ndarray, hv: np.ndarray, cnt: np.ndarray, i: int) -> None:  # pragma: no cover - compiled
+def h_del(hk: np.ndarray, cnt: np.ndarray, i: int) -> None:  # pragma: no cover - compiled
     """Remove slot ``i``, shifting later entries of its cluster back."""
     mask = hk.shape[0] - 1
+    kw = hk.shape[1] - 1
     j = i
     while True:
         j = (j + 1) & mask
         if hk[j, 0] == EMPTY:
             break
-        k = np.int64(_hash(hk[j, 0], hk[j, 1:]) & np.uint64(mask))
+        k = np.int64(_hash(hk[j, 0], hk[j, 1:kw]) & np.uint64(mask))
         if not between(i, k, j):  # j's home is not in (i, j]: it may move back to i
             hk[i] = hk[j]
-            hv[i] = hv[j]
             i = j
     hk[i, 0] = EMPTY
     cnt[0] -= 1
 
 
 @njit(cache=True)
-def rehash(hk: np.ndarray, hv: np.ndarray, nk: np.ndarray, nv: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Move every entry of ``hk``/``hv`` into the empty table ``nk``/``nv``, in slot order."""
+def rehash(hk: np.ndarray, nk: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Move every entry of ``hk`` into the empty table ``nk``, in slot order."""
     mask = nk.shape[0] - 1
+    kw = hk.shape[1] - 1
     for i in range(hk.shape[0]):
         if hk[i, 0] == EMPTY:
             continue
-        j = np.int64(_hash(hk[i, 0], hk[i, 1:]) & np.uint64(mask))
+        j = np.int64(_hash(hk[i, 0], hk[i, 1:kw]) & np.uint64(mask))
         while nk[j, 0] != EMPTY:
             j = (j + 1) & mask
         nk[j] = hk[i]
-        nv[j] = hv[i]
 
 
 @njit(cache=True)
-def grow(hk: np.ndarray, hv: np.ndarray, cap: int) -> tuple:  # type: ignore[type-arg]  # pragma: no cover
-    """Return a table of ``cap`` slots (a power of two) holding the entries of ``hk``/``hv``."""
+def grow(hk: np.ndarray, cap: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Return a table of ``cap`` slots (a power of two) holding the entries of ``hk``."""
     nk = np.full((cap, hk.shape[1]), EMPTY, np.int64)
-    nv = np.zeros(cap, np.int64)
-    rehash(hk, hv, nk, nv)
-    return nk, nv
+    rehash(hk, nk)
+    return nk
 
 
 @njit(cache=True)
@@ -117,7 +114,6 @@ def _emit(
     x: int,
     sign: int,
     hk: np.ndarray,
-    hv: np.ndarray,
     t_fk: np.ndarray,
     t_val: np.ndarray,
     t_valn: np.ndarray,
@@ -142,7 +138,7 @@ def _emit(
             y = x
         else:
             p = slots[step_parent[j]]
-            y = h_get(hk, hv, step_node[j], t_fk[p, step_pos[j]])
+            y = h_get(hk, step_node[j], t_fk[p, step_pos[j]])
         slots[j] = y
         a = step_node[j]
         for w in range(node_vw[a]):
@@ -166,7 +162,6 @@ def apply_changes(
     g_val: np.ndarray,
     g_valn: np.ndarray,
     hk: np.ndarray,
-    hv: np.ndarray,
     t_node: np.ndarray,
     t_pk: np.ndarray,
     t_fk: np.ndarray,
@@ -184,7 +179,7 @@ def apply_changes(
     per_change: int,  # most hash entries one change adds
     max_load: float,
 ) -> tuple:  # type: ignore[type-arg]  # pragma: no cover - compiled
-    """Apply the changes; returns (status per change, ΔQ (words, null flags, signs, rows), hash keys, hash values).
+    """Apply the changes; returns (status per change, ΔQ (words, null flags, signs, rows), the hash).
 
     The hash doubles whenever a change could take it past ``max_load``; the tuple slots
     must have room for the batch's inserts (the caller reserves them).
@@ -193,12 +188,13 @@ def apply_changes(
     rel_ptag = rel_nodes[:, 0]  # presence tag, or -1: the relation's single alias holds presence
     n_aliases = rel_nodes[:, 1]
     nn = node_nc.shape[0]
+    vcol = hk.shape[1] - 1  # the value column of a hash row
     maxc = node_child.shape[1]
     status = np.zeros(c_row.shape[0], np.int8)
     stack = np.empty(64, np.int64)
     for k in range(c_row.shape[0]):
         if cnt[0] + per_change > max_load * hk.shape[0]:
-            hk, hv = grow(hk, hv, 2 * hk.shape[0])
+            hk = grow(hk, 2 * hk.shape[0])
         if c_stale[k]:
             status[k] = STALE
             continue
@@ -214,12 +210,12 @@ def apply_changes(
                 status[k] = PRESENT
                 continue
             if ptag >= 0:
-                h_put(hk, hv, cnt, -(hp + 1), ptag, pk, 0)
+                h_put(hk, cnt, -(hp + 1), ptag, pk, 0)
             for j in range(n_aliases[r]):
                 a = rel_nodes[r, 2 + j]
                 if not g_sel[g, j]:
                     if ptag < 0:
-                        h_put(hk, hv, cnt, -(hp + 1), a, pk, -1)
+                        h_put(hk, cnt, -(hp + 1), a, pk, -1)
                     continue
                 # allocate a slot
                 if cnt[1] > 0:
@@ -229,7 +225,7 @@ def apply_changes(
                     x = cnt[2]
                     cnt[2] += 1
                 hs = h_find(hk, a, pk)
-                h_put(hk, hv, cnt, -(hs + 1), a, pk, x)
+                h_put(hk, cnt, -(hs + 1), a, pk, x)
                 t_node[x] = a
                 t_pk[x] = pk
                 nc = node_nc[a]
@@ -245,13 +241,13 @@ def apply_changes(
                     tag = nn + a * maxc + i
                     hi = h_find(hk, tag, fk)
                     if hi >= 0:
-                        head = hv[hi]
+                        head = hk[hi, vcol]
                         t_next[x, i] = head
                         t_prev[head, i] = x
-                        hv[hi] = x
+                        hk[hi, vcol] = x
                     else:
-                        h_put(hk, hv, cnt, -(hi + 1), tag, fk, x)
-                    y = h_get(hk, hv, node_child[a, i], fk)
+                        h_put(hk, cnt, -(hi + 1), tag, fk, x)
+                    y = h_get(hk, node_child[a, i], fk)
                     if y >= 0 and t_live[y]:
                         s += 1
                 for w in range(node_vw[a]):
@@ -272,10 +268,10 @@ def apply_changes(
                     b = t_node[z]
                     p = node_parent[b]
                     if p < 0:
-                        out = _emit(z, 1, hk, hv, t_fk, t_val, t_valn, meta, out)
+                        out = _emit(z, 1, hk, t_fk, t_val, t_valn, meta, out)
                         continue
                     pos = node_ppos[b]
-                    w = h_get(hk, hv, nn + p * maxc + pos, t_pk[z])
+                    w = h_get(hk, nn + p * maxc + pos, t_pk[z])
                     while w >= 0:
                         t_s[w] += 1
                         if t_s[w] == node_nc[p]:
@@ -292,15 +288,15 @@ def apply_changes(
                 status[k] = ABSENT
                 continue
             if ptag >= 0:
-                h_del(hk, hv, cnt, hp)
+                h_del(hk, cnt, hp)
             for j in range(n_aliases[r]):
                 a = rel_nodes[r, 2 + j]
                 hs = h_find(hk, a, pk)
                 if hs < 0:
                     continue
-                x = hv[hs]
+                x = hk[hs, vcol]
                 if x < 0:  # present, not selected
-                    h_del(hk, hv, cnt, hs)
+                    h_del(hk, cnt, hs)
                     continue
                 if t_live[x]:  # Delete-Update, bottom-up with a stack
                     t_live[x] = 0
@@ -312,10 +308,10 @@ def apply_changes(
                         b = t_node[z]
                         p = node_parent[b]
                         if p < 0:
-                            out = _emit(z, -1, hk, hv, t_fk, t_val, t_valn, meta, out)
+                            out = _emit(z, -1, hk, t_fk, t_val, t_valn, meta, out)
                             continue
                         pos = node_ppos[b]
-                        w = h_get(hk, hv, nn + p * maxc + pos, t_pk[z])
+                        w = h_get(hk, nn + p * maxc + pos, t_pk[z])
                         while w >= 0:
                             if t_live[w]:
                                 t_live[w] = 0
@@ -331,7 +327,7 @@ def apply_changes(
                             w = t_next[w, pos]
                 # unlink from the child indexes, then free the slot
                 hs = h_find(hk, a, pk)  # the propagation moved no entry, but stay safe
-                h_del(hk, hv, cnt, hs)
+                h_del(hk, cnt, hs)
                 for i in range(node_nc[a]):
                     if t_fkn[x, i]:
                         continue
@@ -339,9 +335,9 @@ def apply_changes(
                     if pv < 0:
                         hi = h_find(hk, nn + a * maxc + i, t_fk[x, i])
                         if nx < 0:
-                            h_del(hk, hv, cnt, hi)
+                            h_del(hk, cnt, hi)
                         else:
-                            hv[hi] = nx
+                            hk[hi, vcol] = nx
                             t_prev[nx, i] = -1
                     else:
                         t_next[pv, i] = nx
@@ -352,4 +348,4 @@ def apply_changes(
                 t_s[x] = 0
                 t_free[cnt[1]] = x
                 cnt[1] += 1
-    return status, out, hk, hv
+    return status, out, hk
