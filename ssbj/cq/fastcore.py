@@ -110,9 +110,8 @@ class FastCore:
         self.w = max(1, int(node_vw.max()))
         self.ns = max(1, int(node_ns.max()))
         node_nc = np.array([len(plan.aliases[a].children) for a in order], np.int64)
-        node_parent = np.array(
-            [self.node_id[plan.aliases[a].parent or a] if plan.aliases[a].parent else -1 for a in order], np.int64
-        )
+        parents = [plan.aliases[a].parent for a in order]
+        node_parent = np.array([-1 if p is None else self.node_id[p] for p in parents], np.int64)
         node_ppos = np.full(nn, -1, np.int64)
         node_child = np.full((nn, self.maxc), -1, np.int64)
         for a in order:
