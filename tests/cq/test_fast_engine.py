@@ -16,12 +16,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from cq.test_properties import _ddl, _frames, _sql, scenario
 from cq_reference import EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ssbj.cli import main
 from ssbj.cq.maintainer import ContinuousQuery
 from ssbj.cq.query import plan_query
 from ssbj.cq.schema import parse_schema
@@ -224,3 +226,36 @@ def test_growth_and_complete_deletion_leave_no_entry() -> None:
     assert int(cq.fast.cnt[0]) == 0  # no hash entry left (keys, index heads, presence)
     assert int(cq.fast.cnt[1]) == int(cq.fast.cnt[2])  # every slot on the free list
     assert not cq.fast.t_live[: int(cq.fast.cnt[2])].any()
+
+
+def test_maintain_command_engines_agree(tmp_path: Path) -> None:
+    """``ssbj maintain --engine fast`` and ``--engine reference`` write the same answer and dead letters."""
+    batches = _typed_batches(np.random.default_rng(7))
+    (tmp_path / "changes").mkdir()
+    for rel in ("dim", "fact"):
+        pq.write_table(pa.concat_tables([b[rel] for b in batches if rel in b]), tmp_path / "changes" / f"{rel}.parquet")
+    (tmp_path / "q.sql").write_text(_TYPED_SQL)
+    (tmp_path / "s.sql").write_text(_TYPED_DDL)
+    out = {}
+    for engine in ("fast", "reference"):
+        rc = main(
+            [
+                "maintain",
+                "--sql", str(tmp_path / "q.sql"),
+                "--schema", str(tmp_path / "s.sql"),
+                "--changes", str(tmp_path / "changes"),
+                "--out", str(tmp_path / f"{engine}.parquet"),
+                "--dead-letters", str(tmp_path / f"{engine}.dead.parquet"),
+                "--batch-rows", "37",
+                "--engine", engine,
+            ]
+        )  # fmt: skip
+        assert rc == 0
+        out[engine] = (
+            pq.read_table(tmp_path / f"{engine}.parquet"),
+            pq.read_table(tmp_path / f"{engine}.dead.parquet"),
+        )
+    (fast, fast_dead), (ref, ref_dead) = out["fast"], out["reference"]
+    assert fast.num_rows > 0 and fast_dead.num_rows > 0
+    assert _ms([tuple(r.values()) for r in fast.to_pylist()]) == _ms([tuple(r.values()) for r in ref.to_pylist()])
+    assert fast_dead.equals(ref_dead)
