@@ -13,6 +13,7 @@ from __future__ import annotations
 import decimal
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,11 +62,17 @@ class GroupState:
         if not rows:
             return []
         plan = self.plan
-        n = len(rows)
         columns = list(zip(*rows, strict=True))
         slots: list[pa.Array] = [None] * len(plan.slots)  # type: ignore[list-item]
         for j, si in enumerate(self.layout):
             slots[si] = from_python(list(columns[j]), plan.slots[si].type)
+        return self._partial_slots(slots, len(rows))
+
+    def _partial_slots(self, slots: list[pa.Array] | None, n: int) -> list[tuple[tuple[Any, ...], list[Any]]]:
+        """Pre-aggregated join results given as one array per slot (``n`` rows)."""
+        if slots is None or n == 0:
+            return []
+        plan = self.plan
         resolve = plan.slot_resolver(slots)
         mask = None
         for r in plan.residual:
@@ -74,7 +81,7 @@ class GroupState:
         cols: dict[str, pa.Array] = {}
         for i, k in enumerate(plan.keys):
             cols[f"k{i}"] = to_array(evaluate(k, resolve, n), n).cast(self.key_types[i])
-        cols["one"] = pa.array([1] * n, pa.int64()) if n else pa.array([], pa.int64())
+        cols["one"] = pa.array(np.ones(n, np.int64))
         aggs: list[tuple[str, str]] = [("one", "sum")]
         for i, a in enumerate(plan.aggregates):
             if a.arg is None:
@@ -109,8 +116,19 @@ class GroupState:
         self, plus: list[tuple[Any, ...]], minus: list[tuple[Any, ...]]
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """Merge a batch's join results; returns the (removed, added) output rows."""
+        return self._merge(self._partial(plus), self._partial(minus))
+
+    def apply_slots(
+        self, plus: list[pa.Array] | None, n_plus: int, minus: list[pa.Array] | None, n_minus: int
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """As :meth:`apply`, with the join results as one array per slot."""
+        return self._merge(self._partial_slots(plus, n_plus), self._partial_slots(minus, n_minus))
+
+    def _merge(
+        self, plus: list[tuple[tuple[Any, ...], list[Any]]], minus: list[tuple[tuple[Any, ...], list[Any]]]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         before: dict[tuple[Any, ...], list[Any] | None] = {}
-        for sign, part in ((1, self._partial(plus)), (-1, self._partial(minus))):
+        for sign, part in ((1, plus), (-1, minus)):
             for key, vals in part:
                 state = self.groups.get(key)
                 if key not in before:

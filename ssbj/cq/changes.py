@@ -74,13 +74,13 @@ def _row_json(table: pa.Table, i: int) -> str:
     return json.dumps(row, default=str, sort_keys=True)
 
 
-def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.ndarray]:
-    """``col`` cast to ``typ``, with a bad-row mask (values that do not cast safely become NULL)."""
+def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
+    """``col`` cast to ``typ``, with a bad-row mask (values that do not cast safely become NULL; None: no bad row)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if arr.type == typ:
-        return arr, np.zeros(len(arr), dtype=bool)
+        return arr, None
     try:
-        return pc.cast(arr, typ, safe=True), np.zeros(len(arr), dtype=bool)
+        return pc.cast(arr, typ, safe=True), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     bad = np.zeros(len(arr), dtype=bool)
@@ -94,26 +94,35 @@ def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.n
     return pa.array(out, typ), bad
 
 
+def _longest_bytes(arr: pa.Array) -> int:
+    """Return the longest value's length in bytes (>= its length in characters), from the offsets alone."""
+    if not pa.types.is_string(arr.type):
+        return int(pc.max(pc.binary_length(arr)).as_py() or 0)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    return int(np.diff(offsets).max())
+
+
 def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, list[DeadLetter]]:
     """Rows of ``table`` cast to the schema of ``spec`` (plus ``_op``/``_seq``/``_pos``), and the dead letters."""
     missing = [c for c in (*spec.columns, OP, SEQ) if c not in table.column_names]
     if missing:
         raise InputError(f"changes of {relation} lack column(s) {missing}")
     n = table.num_rows
-    reasons: list[str | None] = [None] * n
+    reasons: dict[int, str] = {}  # row -> the first reason found
     pos = table.column(POS) if POS in table.column_names else pa.array(np.arange(n, dtype=np.int64))
 
     def mark(mask: np.ndarray, why: str) -> None:
         if not mask.any():
             return
-        for i in np.flatnonzero(mask):
-            if reasons[i] is None:
-                reasons[i] = why
+        for i in np.flatnonzero(mask).tolist():
+            reasons.setdefault(i, why)
 
     ops = table.column(OP).cast(pa.string())
     mark(~np.asarray(pc.fill_null(pc.is_in(ops, value_set=pa.array(["+", "-"])), False)), "_op is not '+' or '-'")
     seq, bad_seq = _cast_column(table.column(SEQ), pa.int64())
-    mark(bad_seq | np.asarray(pc.is_null(seq)), "_seq is NULL or not an integer")
+    if bad_seq is not None or seq.null_count:
+        null_seq = np.asarray(pc.is_null(seq))
+        mark(null_seq if bad_seq is None else bad_seq | null_seq, "_seq is NULL or not an integer")
     # a delete names its tuple by primary key: its other columns are not read, not checked
     # (a Debezium delete may carry the key alone)
     inserts = np.asarray(pc.fill_null(pc.equal(ops, "+"), True))
@@ -121,10 +130,11 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     for name, c in spec.columns.items():
         checked = np.ones(n, dtype=bool) if name in spec.primary_key else inserts
         arr, bad = _cast_column(table.column(name), c.type)
-        mark(bad & checked, f"{name}: value does not fit {c.type}")
+        if bad is not None:
+            mark(bad & checked, f"{name}: value does not fit {c.type}")
         if c.not_null and arr.null_count:
             mark(np.asarray(pc.is_null(arr)) & checked, f"{name}: NULL in a NOT NULL column")
-        if c.max_length is not None and len(arr):
+        if c.max_length is not None and len(arr) and _longest_bytes(arr) > c.max_length:  # else no row is too long
             too_long = np.asarray(pc.fill_null(pc.greater(pc.utf8_length(arr), c.max_length), False))
             mark(too_long & checked, f"{name}: longer than {c.max_length}")
         cols[name] = arr
@@ -132,12 +142,12 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
     cols[SEQ] = seq
     cols[POS] = pos.combine_chunks() if isinstance(pos, pa.ChunkedArray) else pos
     out = pa.table(cols)
-    bad_rows = [i for i, r in enumerate(reasons) if r is not None]
+    bad_rows = sorted(reasons)
     if not bad_rows:
         return out, []
     seqs = seq.to_pylist()
     posl = cols[POS].to_pylist()
-    letters = [DeadLetter(relation, seqs[i], int(posl[i]), reasons[i] or "", _row_json(table, i)) for i in bad_rows]
+    letters = [DeadLetter(relation, seqs[i], int(posl[i]), reasons[i], _row_json(table, i)) for i in bad_rows]
     keep = np.ones(n, dtype=bool)
     keep[bad_rows] = False
     return out.filter(pa.array(keep)), letters

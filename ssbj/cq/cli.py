@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ssbj.cq.changes import DEAD_LETTER_SCHEMA, ChangeDirectory
-from ssbj.cq.maintainer import BatchDelta, ContinuousQuery
+from ssbj.cq.maintainer import ENGINES, BatchDelta, ContinuousQuery
 from ssbj.cq.query import plan_query
 from ssbj.cq.schema import parse_schema
 from ssbj.errors import ConfigError, InputError
@@ -50,6 +50,13 @@ def add_maintain_command(sub: Any) -> None:
         "--batch-rows", type=int, default=DEFAULT_BATCH, help=f"changes per micro-batch (default {DEFAULT_BATCH:,})"
     )
     p.add_argument("--checkpoint-dir", help="checkpoint after every batch here; resume from it when it holds one")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="live-tuple engine: fast (arrays, numba), reference (dicts), auto (fast where the query allows); "
+        "a resumed run keeps its checkpoint's engine",
+    )
     p.set_defaults(handler=lambda a, _extra: run_maintain(a))
 
 
@@ -66,7 +73,7 @@ def run_maintain(args: argparse.Namespace) -> int:
         start = int(manifest.get("position") or 0)
         cid = int((Path(args.checkpoint_dir) / "LATEST").read_text()) + 1
     else:
-        cq = ContinuousQuery(plan)
+        cq = ContinuousQuery(plan, engine=args.engine)
     writer = None
     dead: list[dict[str, Any]] = []
     t0 = time.perf_counter()

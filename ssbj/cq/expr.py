@@ -79,10 +79,20 @@ def constant(node: Any) -> Any:
     raise unsupported(node)
 
 
+_CONSTANT: dict[int, tuple[Any, bool]] = {}  # id(node) -> (node, answer); the node is kept, so its id stays its own
+
+
 def is_constant(node: Any) -> bool:
-    """Whether ``node`` references no column."""
+    """Whether ``node`` references no column (memoised: evaluated for every micro-batch)."""
+    hit = _CONSTANT.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
     _, exp = sqlglot()
-    return not any(isinstance(n, (exp.Column, exp.Star)) for n in node.walk())
+    answer = not any(isinstance(n, (exp.Column, exp.Star)) for n in node.walk())
+    if len(_CONSTANT) > 100_000:  # plans come and go in tests: bound the memo
+        _CONSTANT.clear()
+    _CONSTANT[id(node)] = (node, answer)
+    return answer
 
 
 def _scalar(value: Any) -> pa.Scalar:

@@ -6,6 +6,12 @@ vectorised work, casting, selections, keys and slot values, is done per relation
 Arrow before the per-change loop), dead-letters what cannot be applied, and returns the
 batch's delta of the answer.  Its whole state checkpoints to a directory and restores
 exactly.
+
+Two engines keep the live tuples, with the same answers, deltas and dead letters:
+``fast`` (:mod:`ssbj.cq.fastcore`, arrays and numba kernels, the default where it
+applies) and ``reference`` (:class:`ssbj.cq.engine.Node`, dicts of tuples, for what the
+fast one cannot encode: assertion keys, non-integer keys).  ``engine="auto"`` picks
+``fast`` when :func:`ssbj.cq.fastcore.fast_unsupported` finds nothing, else ``reference``.
 """
 
 from __future__ import annotations
@@ -25,11 +31,19 @@ from ssbj.cq.aggregate import GroupState
 from ssbj.cq.changes import OP, POS, SEQ, DeadLetter, _row_json, validate
 from ssbj.cq.engine import Node
 from ssbj.cq.expr import evaluate, to_array
+from ssbj.cq.fastcore import FastCore, fast_unsupported
+from ssbj.cq.kernels import ABSENT, PRESENT, STALE
 from ssbj.cq.query import QueryPlan
 from ssbj.cq.values import to_python
 from ssbj.errors import CheckpointError, ConfigError
 
-_FORMAT = 1
+_FORMAT = 2  # 1: the dict engine only
+ENGINES = ("auto", "fast", "reference")
+_REASONS = {
+    STALE: "_seq repeats or is not after the last applied change",
+    PRESENT: "insert of a primary key that is present",
+    ABSENT: "delete of a tuple that is not present",
+}
 
 
 @dataclass
@@ -57,7 +71,13 @@ def _keys(table: pa.Table, cols: tuple[str, ...]) -> list[Any]:
 class ContinuousQuery:
     """The live-tuple state of one query, its answer, and its dead letters."""
 
-    def __init__(self, plan: QueryPlan) -> None:
+    def __init__(self, plan: QueryPlan, engine: str = "auto") -> None:
+        if engine not in ENGINES:
+            raise ConfigError(f"continuous query: engine {engine!r} is not one of {list(ENGINES)}")
+        why = fast_unsupported(plan)
+        if engine == "fast" and why is not None:
+            raise ConfigError(f"continuous query: the fast engine cannot run this query: {why}")
+        self.engine = "fast" if engine != "reference" and why is None else "reference"
         self.plan = plan
         self.nodes: dict[str, Node] = {a: Node(a) for a in plan.order}
         for a in plan.order:
@@ -76,6 +96,7 @@ class ContinuousQuery:
         self.groups = GroupState(plan)
         self.groups.layout = layout
         self._assert_plans()
+        self.fast = FastCore(plan, layout) if self.engine == "fast" else None
         self.present: dict[str, set[Any]] = {r: set() for r in plan.relations()}
         self.last_seq: int | None = None
         self.applied = 0
@@ -141,30 +162,29 @@ class ContinuousQuery:
         """Apply one micro-batch (rows with ``_op``/``_seq``, any relations, any order); its delta."""
         plan = self.plan
         dead: list[DeadLetter] = []
-        prepared: list[tuple[str, list[Any], list[bool], list[Any]]] = []
-        raw = []
+        names: list[str] = []
+        raw: list[pa.Table] = []
         seqs, rel_ix, row_ix = [], [], []
         for relation, table in batch.items():
             if relation not in plan.tables or relation not in self.present:
-                continue
+                continue  # a relation the query does not read
             if POS not in table.column_names:
                 table = table.append_column(POS, pa.array(np.arange(table.num_rows, dtype=np.int64)))
             valid, bad = validate(table, plan.tables[relation], relation)
             dead.extend(bad)
-            r = len(prepared)
-            prepared.append((relation, *self._prepare(relation, valid)))
+            rel_ix.append(np.full(valid.num_rows, len(names), dtype=np.int32))
+            names.append(relation)
             raw.append(valid)
             seqs.append(valid.column(SEQ).to_numpy())
-            rel_ix.append(np.full(valid.num_rows, r, dtype=np.int32))
             row_ix.append(np.arange(valid.num_rows, dtype=np.int64))
-        root = self.nodes[plan.root]
-        plus, minus = root.sink
+        removed: list[tuple[Any, ...]] = []
+        added: list[tuple[Any, ...]] = []
         if seqs:
             all_seq = np.concatenate(seqs)
             order = np.argsort(all_seq, kind="stable")
             sorted_seq = all_seq[order]
-            rels = np.concatenate(rel_ix)[order].tolist()
-            rows = np.concatenate(row_ix)[order].tolist()
+            rels = np.concatenate(rel_ix)[order]
+            rows = np.concatenate(row_ix)[order]
             stale = np.zeros(len(order), dtype=bool)
             if len(order):
                 repeat = sorted_seq[1:] == sorted_seq[:-1]
@@ -172,43 +192,83 @@ class ContinuousQuery:
                 stale[:-1] |= repeat
                 if self.last_seq is not None:
                     stale |= sorted_seq <= self.last_seq
-            stale_l = stale.tolist()
-            present = [self.present[p[0]] for p in prepared]
-            applied = 0
-            for k in range(len(rels)):
-                r, i = rels[k], rows[k]
-                relation, pks, ins, per_alias = prepared[r]
-                if stale_l[k]:
-                    dead.append(self._dead(relation, raw[r], i, "_seq repeats or is not after the last applied change"))
-                    continue
-                pk = pks[i]
-                have = present[r]
-                if ins[i]:
-                    if pk in have:
-                        dead.append(self._dead(relation, raw[r], i, "insert of a primary key that is present"))
-                        continue
-                    have.add(pk)
-                    for node, sel, fks, local, asrt in per_alias:
-                        if sel[i]:
-                            node.insert(pk, fks[i], local[i], asrt[i])
-                else:
-                    if pk not in have:
-                        dead.append(self._dead(relation, raw[r], i, "delete of a tuple that is not present"))
-                        continue
-                    have.discard(pk)
-                    for node, _, _, _, _ in per_alias:
-                        if pk in node.rows:
-                            node.delete(pk)
-                applied += 1
-            self.applied += applied
+            if self.fast is not None:
+                removed, added = self._apply_fast(names, raw, rels, rows, stale, dead)
+            else:
+                removed, added = self._apply_reference(names, raw, rels, rows, stale, dead)
             good = sorted_seq[~stale]
             if len(good):
                 self.last_seq = int(good[-1])
+        self.dead_letters.extend(dead)
+        return BatchDelta(removed, added, self.last_seq, self.applied, dead)
+
+    def _apply_fast(
+        self,
+        names: list[str],
+        raw: list[pa.Table],
+        rels: np.ndarray,
+        rows: np.ndarray,
+        stale: np.ndarray,
+        dead: list[DeadLetter],
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """Apply sorted changes with the array engine; return the answer's (removed, added) rows."""
+        fast = self.fast
+        assert fast is not None  # noqa: S101
+        prepared = [fast.prepare(name, table) for name, table in zip(names, raw, strict=True)]
+        status, plus, minus, n_plus, n_minus = fast.run(prepared, names, rels, rows, stale)
+        bad = np.flatnonzero(status)
+        for k in bad.tolist():
+            r = int(rels[k])
+            dead.append(self._dead(names[r], raw[r], int(rows[k]), _REASONS[int(status[k])]))
+        self.applied += len(status) - len(bad)
+        return self.groups.apply_slots(plus, n_plus, minus, n_minus)
+
+    def _apply_reference(
+        self,
+        names: list[str],
+        raw: list[pa.Table],
+        rels_a: np.ndarray,
+        rows_a: np.ndarray,
+        stale: np.ndarray,
+        dead: list[DeadLetter],
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """Apply sorted changes with the dict engine, one by one."""
+        prepared = [(name, *self._prepare(name, table)) for name, table in zip(names, raw, strict=True)]
+        root = self.nodes[self.plan.root]
+        plus, minus = root.sink
+        rels, rows, stale_l = rels_a.tolist(), rows_a.tolist(), stale.tolist()
+        present = [self.present[p[0]] for p in prepared]
+        applied = 0
+        for k in range(len(rels)):
+            r, i = rels[k], rows[k]
+            relation, pks, ins, per_alias = prepared[r]
+            if stale_l[k]:
+                dead.append(self._dead(relation, raw[r], i, _REASONS[STALE]))
+                continue
+            pk = pks[i]
+            have = present[r]
+            if ins[i]:
+                if pk in have:
+                    dead.append(self._dead(relation, raw[r], i, _REASONS[PRESENT]))
+                    continue
+                have.add(pk)
+                for node, sel, fks, local, asrt in per_alias:
+                    if sel[i]:
+                        node.insert(pk, fks[i], local[i], asrt[i])
+            else:
+                if pk not in have:
+                    dead.append(self._dead(relation, raw[r], i, _REASONS[ABSENT]))
+                    continue
+                have.discard(pk)
+                for node, _, _, _, _ in per_alias:
+                    if pk in node.rows:
+                        node.delete(pk)
+            applied += 1
+        self.applied += applied
         removed, added = self.groups.apply(plus, minus)
         plus.clear()
         minus.clear()
-        self.dead_letters.extend(dead)
-        return BatchDelta(removed, added, self.last_seq, self.applied, dead)
+        return removed, added
 
     @staticmethod
     def _dead(relation: str, table: pa.Table, i: int, reason: str) -> DeadLetter:
@@ -261,21 +321,31 @@ class ContinuousQuery:
 
     def state(self) -> dict[str, Any]:
         """Everything the answer and future changes depend on (compared exactly in tests)."""
+        core = (
+            self.fast.state()
+            if self.fast is not None
+            else {"nodes": {a: n.state() for a, n in self.nodes.items()}, "present": self.present}
+        )
         return {
-            "nodes": {a: n.state() for a, n in self.nodes.items()},
-            "present": self.present,
+            "engine": self.engine,
+            **core,
             "groups": self.groups.groups,
             "last_seq": self.last_seq,
             "applied": self.applied,
         }
 
     def nbytes(self) -> int:
-        """Size of the state in bytes, counted object by object (``sys.getsizeof``, shared objects once)."""
+        """Size of the state in bytes.
+
+        The fast engine's arrays as allocated, Python objects one by one (``sys.getsizeof``, shared objects once).
+        """
         import sys
 
         seen: set[int] = set()
         total = 0
-        stack: list[Any] = [self.state()]
+        stack: list[Any] = [self.state() if self.fast is None else self.groups.groups]
+        if self.fast is not None:
+            total += self.fast.nbytes()
         while stack:
             o = stack.pop()
             if id(o) in seen:
@@ -293,16 +363,23 @@ class ContinuousQuery:
     def state_bytes(self) -> bytes:
         """Return the whole state, serialised (a checkpoint's data file)."""
         buf = io.BytesIO()
-        pickle.dump(
-            {
-                "format": _FORMAT,
-                "fingerprint": self.plan.fingerprint,
-                "state": self.state(),
-                "dead": len(self.dead_letters),
-            },
-            buf,
-            protocol=5,
-        )
+        data: dict[str, Any] = {
+            "format": _FORMAT,
+            "fingerprint": self.plan.fingerprint,
+            "engine": self.engine,
+            "dead": len(self.dead_letters),
+        }
+        if self.fast is not None:  # the arrays go in as raw buffers (protocol 5), cut to their used part
+            data.update(
+                arrays=self.fast.arrays(),
+                dicts=self.fast.dicts,
+                groups=self.groups.groups,
+                last_seq=self.last_seq,
+                applied=self.applied,
+            )
+        else:
+            data["state"] = self.state()
+        pickle.dump(data, buf, protocol=5)
         return buf.getvalue()
 
     @classmethod
@@ -310,11 +387,17 @@ class ContinuousQuery:
         """Rebuild a query from :meth:`state_bytes` of the same query and schema (``where`` names it in errors)."""
         # written by state_bytes() for this query (the manifest's fingerprint is checked first): not foreign input
         data = pickle.loads(blob)  # noqa: S301
-        if data.get("format") != _FORMAT:
+        if data.get("format") not in (1, _FORMAT):
             raise CheckpointError(f"{where} has format {data.get('format')}, expected {_FORMAT}")
         if data.get("fingerprint") != plan.fingerprint:
             raise CheckpointError(f"{where} belongs to another query or schema")
-        cq = cls(plan)
+        cq = cls(plan, engine=data.get("engine", "reference"))
+        if cq.fast is not None:
+            cq.fast.load_arrays(data["arrays"], data["dicts"])
+            cq.groups.groups = data["groups"]
+            cq.last_seq = data["last_seq"]
+            cq.applied = data["applied"]
+            return cq
         st = data["state"]
         for a, n in cq.nodes.items():
             n.load(st["nodes"][a])
