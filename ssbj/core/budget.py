@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for
-from ssbj.core.hs import INDEX_SLOT, ST_FIELDS
+from ssbj.core.hs import INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
+from ssbj.core.stats import candidate_bytes
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -182,7 +183,7 @@ def empties_room(op: SemiStreamJoin, n: int) -> int:
 
 def stats_entry_bytes() -> float:
     """Bytes one candidate costs in the statistics table at the target load."""
-    return KeyedTable.bytes_for(1, ST_FIELDS, 4) / 0.6
+    return candidate_bytes()
 
 
 def breakdown(op: SemiStreamJoin) -> dict[str, float]:

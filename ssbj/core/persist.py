@@ -120,6 +120,8 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "em_cap": op.cache.empties.cap,
         "st_cap": op.stats.table.cap,
         "st_max": op.stats.max_values,
+        "st_peak": op.stats.peak,
+        "st_admit": int(op.stats.meta[2]),
         "interest": [op.interest.planned, op.interest.added],
         "sb": sb,
         "sb_seq": op._sb_seq,
@@ -191,7 +193,14 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op.cache.version = m["hr_version"]
     if len(_row_keys(op.cache.index.keys, op.cache.index.used, op.cache.index.payload, op.cache.rows)) != op.cache.rows:
         raise CheckpointError("H_R rows and index of the checkpoint disagree")
-    op.stats.load(arrays["st_keys"], arrays["st_pay"], m["st_cap"], m["st_max"])
+    op.stats.load(
+        arrays["st_keys"],
+        arrays["st_pay"],
+        m["st_cap"],
+        m["st_max"],
+        int(m.get("st_peak", 0)),
+        int(m.get("st_admit", 2)),
+    )
     if "interest_bits" in arrays:  # the filter as saved: its size enters the budget of the next steps
         op.interest.load(arrays["interest_bits"], *m["interest"])
     else:  # older checkpoints
