@@ -331,7 +331,7 @@ class SemiStreamJoin:
         self.interest.rebuild(
             st.keys[st.used],
             cache.index.keys[cache.index.used],
-            cache.empties.keys[cache.empties.used],
+            cache.empties.keys,
             expect=int(self.stats.meta[1]) + cache.values + 2 * cache.empty_values + 64,
         )
 

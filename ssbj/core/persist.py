@@ -117,7 +117,6 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "hr": hr_name,
         "hr_version": op.cache.version,
         "ix_cap": op.cache.index.cap,
-        "em_cap": op.cache.empties.cap,
         "st_cap": op.stats.table.cap,
         "st_max": op.stats.max_values,
         "st_peak": op.stats.peak,
@@ -187,7 +186,6 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         m["ix_cap"],
         arrays["em_keys"],
         arrays["em_pay"],
-        m["em_cap"],
         op._k,
     )
     op.cache.version = m["hr_version"]
