@@ -4,7 +4,7 @@
   projected columns), grouped by value and, within a value, by the partition they were
   read from (``src``) and read order;
 * an index from value to its group (start, length) with f_count (cache hits since the
-  R-cycle in ``since``, saturating) for eviction;
+  R-cycle in ``since``, saturating) for eviction, rebuilt whole at 75% load;
 * a separate set of *empty* entries (values cached with no master row) that holds only
   the key, a saturating f_count and ``since``: most cached values of a long-tailed
   stream are such values, so an empty entry is kept as small as a sorted-array element
@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from numba import njit
 
 from ssbj.core.empties import E_F, F_MAX_EMPTY, EmptySet, es_find
-from ssbj.core.hashing import KeyedTable, capacity_for, kset_find
+from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 from ssbj.core.rfilter import rf_test
@@ -33,6 +33,9 @@ from ssbj.core.rfilter import rf_test
 HR_F = 2
 HR_SINCE = 3
 F_MAX_ROWS = (1 << 31) - 1
+# the index is rebuilt whole (never grown in place): at the highest load the tables allow
+# (42 -> 33 B per cached value; lookups stay in a table of a few thousand entries)
+INDEX_LOAD = MAX_LOAD
 
 
 @njit(cache=True, nogil=True)
@@ -220,8 +223,8 @@ class Cache:
         return self.row_nbytes() + self.index.nbytes + self.empties.nbytes + int(self.cnt_src.nbytes)
 
     def entry_cost(self) -> float:
-        """Bytes of one index entry of a value with rows (target load, plus its tag bytes)."""
-        return self.index.entry_bytes()
+        """Bytes of one index entry of a value with rows (at the index's load)."""
+        return KeyedTable.bytes_for(1, 4, 4) / INDEX_LOAD
 
     def empty_cost(self) -> float:
         """Bytes of one empty entry."""
@@ -317,7 +320,7 @@ class Cache:
             same = sk[pos] == uniq
             pay[same, HR_F] = old_p[by_key[pos[same]], HR_F]
             pay[same, HR_SINCE] = old_p[by_key[pos[same]], HR_SINCE]
-        ix.load(uniq, pay)
+        ix.load(uniq, pay, capacity_for(len(uniq), INDEX_LOAD))
         if cached_after is not None and len(cached_after):
             gone = np.setdiff1d(cached_after, uniq)
             self.add_empties(gone, rc)
