@@ -72,6 +72,15 @@ def _compact(keys: np.ndarray, pay: np.ndarray, n: int, keep: np.ndarray) -> int
     return w
 
 
+@njit(cache=True)
+def _absent(keys: np.ndarray, cand: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Mask of ``cand`` not in the sorted ``keys`` (a binary search each: batches are small)."""
+    out = np.empty(cand.shape[0], dtype=np.bool_)
+    for i in range(cand.shape[0]):
+        out[i] = es_find(keys, cand[i]) < 0
+    return out
+
+
 def capacity_after(size: int, cap: int) -> int:
     """Capacity for ``size`` entries: ``cap`` while it holds them, else a quarter more than needed."""
     return cap if size <= cap else size + size // 4 + 16
@@ -137,7 +146,8 @@ class EmptySet:
 
     def add(self, keys: np.ndarray, rc: int) -> int:
         """Add the values of ``keys`` not present (f_count 0, since ``rc``); returns how many were new."""
-        new = np.setdiff1d(np.asarray(keys, dtype=np.int64), self.keys)
+        cand = np.asarray(keys, dtype=np.int64)
+        new = np.unique(cand[_absent(self.keys, cand)])
         if not len(new):
             return 0
         cap = capacity_after(self._n + len(new), self.cap)
