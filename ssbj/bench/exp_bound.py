@@ -29,7 +29,9 @@ import pyarrow as pa
 from ssbj.bench.datagen import SyntheticStream, key_stats, synthetic_master
 from ssbj.bench.harness import Bench, Dataset, Json, RunConfig, _ratio
 from ssbj.core.bound import Overheads, key_distribution, memory_optimal_bound
-from ssbj.core.hashing import TARGET_LOAD
+from ssbj.core.cache import INDEX_LOAD
+from ssbj.core.empties import EmptySet
+from ssbj.core.hashing import KeyedTable
 
 SAMPLE_ROWS = 1 << 22  # stream tuples the empirical key distribution is taken from
 
@@ -115,9 +117,11 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
     ov = Overheads(
         o_s=max(m["hs_bytes_per_waiting_tuple"] - ds.v_s, 0.0),
         o_r=4.0,  # partition tag per cached row
-        e_r=(8 + 1 + 4 * 4) / TARGET_LOAD,  # H_R index entry: key, used, start, length, f_count, since
-        # empty entry (key, used, f_count, since), needed only for the values the R-filter passes
-        e_e=(8 + 1 + 2) / TARGET_LOAD * float(rf.get("fpr", 1.0)),
+        # H_R index entry: key, used, start, length, f_count, since at the index's load
+        e_r=KeyedTable.bytes_for(1, 4, 4) / INDEX_LOAD,
+        # empty entry (key, f_count, since in a sorted array with a spare quarter), needed
+        # only for the values the R-filter passes
+        e_e=EmptySet.entry_bytes() * float(rf.get("fpr", 1.0)),
         fixed=fixed,
     )
     structural = memory_optimal_bound(dist, budget, ds.v_s, ds.v_r, ov)

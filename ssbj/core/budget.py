@@ -24,9 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for
-from ssbj.core.hs import INDEX_SLOT, ST_FIELDS
+from ssbj.core.empties import EmptySet, capacity_after
+from ssbj.core.hashing import MAX_LOAD, capacity_for
+from ssbj.core.hs import INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
+from ssbj.core.stats import candidate_bytes
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -159,20 +161,17 @@ def room(op: SemiStreamJoin) -> int:
 
 
 def empties_room(op: SemiStreamJoin, n: int) -> int:
-    """How many of ``n`` new empty entries fit in the budget (table growth included)."""
+    """How many of ``n`` new empty entries fit in the budget (growth of the arrays included)."""
     if op.spec.memory_budget is None:
         return n
     free = room(op)
     e = op.cache.empties
-    cur = e.nbytes
     lo, hi = 0, n
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        size = e.size + mid
-        cap = e.cap if size <= e.cap * MAX_LOAD else capacity_for(size)
-        grow = KeyedTable.bytes_for(cap, 2, 1) - cur if cap != e.cap else 0
-        # while the table is rebuilt the old arrays exist beside the new ones
-        need = grow + (cur if cap != e.cap else 0)
+        cap = capacity_after(e.size + mid, e.cap)
+        # a growth copies into new arrays: the old ones exist beside them until then
+        need = EmptySet.bytes_for(cap) if cap != e.cap else 0
         if need <= free:
             lo = mid
         else:
@@ -182,7 +181,7 @@ def empties_room(op: SemiStreamJoin, n: int) -> int:
 
 def stats_entry_bytes() -> float:
     """Bytes one candidate costs in the statistics table at the target load."""
-    return KeyedTable.bytes_for(1, ST_FIELDS, 4) / 0.6
+    return candidate_bytes()
 
 
 def breakdown(op: SemiStreamJoin) -> dict[str, float]:

@@ -4,10 +4,11 @@
   projected columns), grouped by value and, within a value, by the partition they were
   read from (``src``) and read order;
 * an index from value to its group (start, length) with f_count (cache hits since the
-  R-cycle in ``since``, saturating) for eviction;
+  R-cycle in ``since``, saturating) for eviction, rebuilt whole at 75% load;
 * a separate set of *empty* entries (values cached with no master row) that holds only
   the key, a saturating f_count and ``since``: most cached values of a long-tailed
-  stream are such values, so an empty entry is kept as small as a hash-set slot.
+  stream are such values, so an empty entry is kept as small as a sorted-array element
+  (:mod:`ssbj.core.empties`, 10 bytes).
 
 A value is served by the cache from its switch-in until its eviction; every partition
 read by the disk phase refreshes the cached rows read from it (updates, inserts,
@@ -21,7 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from ssbj.core.hashing import KeyedTable, capacity_for, kset_delete, kset_find, kset_slot
+from ssbj.core.empties import E_F, F_MAX_EMPTY, EmptySet, es_find
+from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 from ssbj.core.rfilter import rf_test
@@ -30,10 +32,10 @@ from ssbj.core.rfilter import rf_test
 
 HR_F = 2
 HR_SINCE = 3
-E_F = 0
-E_SINCE = 1
 F_MAX_ROWS = (1 << 31) - 1
-F_MAX_EMPTY = 255
+# the index is rebuilt whole (never grown in place): at the highest load the tables allow
+# (42 -> 33 B per cached value; lookups stay in a table of a few thousand entries)
+INDEX_LOAD = MAX_LOAD
 
 
 @njit(cache=True, nogil=True)
@@ -42,7 +44,6 @@ def cache_probe(
     hused: np.ndarray,
     hpay: np.ndarray,
     ek: np.ndarray,
-    eused: np.ndarray,
     epay: np.ndarray,
     keys: np.ndarray,
     valid: np.ndarray,
@@ -99,7 +100,7 @@ def cache_probe(
                 nf += 1
                 i += 1
                 continue
-            j = kset_find(ek, eused, keys[i])
+            j = es_find(ek, keys[i])
             if j >= 0:
                 emp[ne] = i
                 ne += 1
@@ -180,52 +181,6 @@ def _evict(
     return n
 
 
-@njit(cache=True)
-def _evict_empty(
-    ek: np.ndarray,
-    eused: np.ndarray,
-    epay: np.ndarray,
-    entry_cost: float,
-    tuple_cost: float,
-    switch_factor: float,
-    rc: int,
-) -> int:  # pragma: no cover
-    """Eviction of empty entries; decided for all first, since a deletion moves entries."""
-    out = np.empty(ek.shape[0], dtype=np.int64)
-    n = 0
-    for i in range(ek.shape[0]):
-        if eused[i]:
-            cycles = max(1, (rc - epay[i, E_SINCE]) % 256)
-            if entry_cost >= switch_factor * epay[i, E_F] / cycles * tuple_cost:
-                out[n] = ek[i]
-                n += 1
-            else:
-                epay[i, E_F] = 0
-                epay[i, E_SINCE] = rc % 256
-    for t in range(n):
-        j = kset_find(ek, eused, out[t])
-        kset_delete(ek, eused, epay, j)
-    return n
-
-
-@njit(cache=True)
-def _add_empties(
-    ek: np.ndarray, eused: np.ndarray, epay: np.ndarray, keys: np.ndarray, rc: int
-) -> int:  # pragma: no cover
-    n = 0
-    for t in range(keys.shape[0]):
-        j = kset_slot(ek, eused, keys[t])
-        if j >= 0:
-            continue
-        j = -j - 1
-        eused[j] = True
-        ek[j] = keys[t]
-        epay[j, E_F] = 0
-        epay[j, E_SINCE] = rc % 256
-        n += 1
-    return n
-
-
 class Cache:
     """H_R plus the empty entries; see the module doc."""
 
@@ -237,7 +192,7 @@ class Cache:
         self._rows_gen = 0  # bumped whenever columns or src are replaced
         self._rows_nb = (-1, 0)  # (generation, bytes): summing Arrow buffers per call is slow
         self.index = KeyedTable(4, np.int32)
-        self.empties = KeyedTable(2, np.uint8)
+        self.empties = EmptySet()
         self.cnt_src = np.zeros(1, dtype=np.int64)
         self.version = 0  # bumped when the rows change (checkpoints write H_R only then)
 
@@ -268,11 +223,11 @@ class Cache:
         return self.row_nbytes() + self.index.nbytes + self.empties.nbytes + int(self.cnt_src.nbytes)
 
     def entry_cost(self) -> float:
-        """Bytes of one index entry of a value with rows (target load, plus its tag bytes)."""
-        return self.index.entry_bytes()
+        """Bytes of one index entry of a value with rows (at the index's load)."""
+        return KeyedTable.bytes_for(1, 4, 4) / INDEX_LOAD
 
     def empty_cost(self) -> float:
-        """Bytes of one empty entry at the target load."""
+        """Bytes of one empty entry."""
         return self.empties.entry_bytes()
 
     def table(self) -> pa.Table:
@@ -281,7 +236,7 @@ class Cache:
 
     def values_cached(self) -> np.ndarray:
         """Return the encoded values served by the cache (with and without rows)."""
-        return np.concatenate([self.index.keys[self.index.used], self.empties.keys[self.empties.used]])
+        return np.concatenate([self.index.keys[self.index.used], self.empties.keys])
 
     # ------------------------------------------------------------ changes
     def set_partitions(self, k: int) -> None:
@@ -294,10 +249,7 @@ class Cache:
     def add_empties(self, keys: np.ndarray, rc: int) -> None:
         """Cache ``keys`` as values without master rows."""
         if len(keys):
-            self.empties.reserve(len(keys))
-            self.empties.size += _add_empties(
-                self.empties.keys, self.empties.used, self.empties.payload, np.asarray(keys, np.int64), rc
-            )
+            self.empties.add(keys, rc)
 
     def evict(
         self, row_cost: float, entry_cost: float, empty_cost: float, tuple_cost: float, switch_factor: float, rc: int
@@ -315,17 +267,7 @@ class Cache:
             rc,
             out,
         )
-        ne = _evict_empty(
-            self.empties.keys,
-            self.empties.used,
-            self.empties.payload,
-            empty_cost,
-            tuple_cost,
-            switch_factor,
-            rc,
-        )
-        self.empties.size -= ne
-        self.empties.fit()
+        ne = self.empties.evict(empty_cost, tuple_cost, switch_factor, rc)
         return out[:n], ne
 
     def rebuild(
@@ -378,7 +320,7 @@ class Cache:
             same = sk[pos] == uniq
             pay[same, HR_F] = old_p[by_key[pos[same]], HR_F]
             pay[same, HR_SINCE] = old_p[by_key[pos[same]], HR_SINCE]
-        ix.load(uniq, pay)
+        ix.load(uniq, pay, capacity_for(len(uniq), INDEX_LOAD))
         if cached_after is not None and len(cached_after):
             gone = np.setdiff1d(cached_after, uniq)
             self.add_empties(gone, rc)
@@ -388,12 +330,7 @@ class Cache:
         self.version += 1
 
     def _drop_empties(self, keys: np.ndarray) -> None:
-        e = self.empties
-        for key in keys[np.isin(keys, e.keys[e.used])]:
-            j = int(kset_find(e.keys, e.used, int(key)))
-            if j >= 0:
-                kset_delete(e.keys, e.used, e.payload, j)
-                e.size -= 1
+        self.empties.drop(keys)
 
     def refresh(
         self,
@@ -446,7 +383,6 @@ class Cache:
         index_cap: int,
         empty_keys: np.ndarray,
         empty_pay: np.ndarray,
-        empty_cap: int,
         k: int,
     ) -> None:
         """Restore the state saved by a checkpoint."""
@@ -454,7 +390,7 @@ class Cache:
         self.src = np.asarray(src, dtype=np.int32)
         self._rows_gen += 1
         self.index.load(index_keys, index_pay, index_cap)
-        self.empties.load(empty_keys, empty_pay, empty_cap)
+        self.empties.load(empty_keys, empty_pay)
         self.cnt_src = np.bincount(self.src, minlength=max(k, 1)).astype(np.int64)
 
     def key_array(self) -> np.ndarray:

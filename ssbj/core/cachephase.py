@@ -56,7 +56,6 @@ def cache_phase(
             cache.index.used,
             cache.index.payload,
             cache.empties.keys,
-            cache.empties.used,
             cache.empties.payload,
             buf.keys.values,
             buf.keys.valid,

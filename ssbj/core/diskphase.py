@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
 from ssbj.core.interest import interest_test
@@ -72,7 +73,6 @@ def disk_probe(
     hk: np.ndarray,
     hused: np.ndarray,
     ek: np.ndarray,
-    eused: np.ndarray,
     ibits: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
     """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits).
@@ -147,7 +147,7 @@ def disk_probe(
                 rf_row[nrf] = i
                 rf_slot[nrf] = j
                 nrf += 1
-            elif kset_find(ek, eused, key) >= 0:
+            elif es_find(ek, key) >= 0:
                 n_empty += 1
     return pm[:k], psl[:k], sb[:nsb], rf_row[:nrf], rf_slot[:nrf], n_empty
 
@@ -199,7 +199,6 @@ def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list
         cache.index.keys,
         cache.index.used,
         cache.empties.keys,
-        cache.empties.used,
         op.interest.bits,
     )
     op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)

@@ -88,6 +88,19 @@ def ix_find(
     return i, np.int64(-1)
 
 
+@njit(cache=True, inline="always")
+def chain_at_least(link: np.ndarray, cap: int, lo: int, s: int, n: int) -> bool:  # pragma: no cover - compiled
+    """Whether the value whose newest live slot is ``s`` has at least ``n`` tuples in H_S."""
+    c = 1
+    while c < n:
+        d = int(link[s % cap] & DELTA)
+        if d == 0 or s - d < lo:
+            return False
+        s -= d
+        c += 1
+    return True
+
+
 @njit(cache=True)
 def ix_delete(
     hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, i: int
@@ -163,8 +176,8 @@ def hs_insert(
 ) -> int:  # pragma: no cover
     """ADD tuples as slots ``hi0, hi0 + 1, ...`` to H_S; returns the number of new values.
 
-    With ``track`` (SSBJ), a value that now has two tuples or more in H_S becomes a
-    candidate of the value statistics (while the table has room), and a tracked value
+    With ``track`` (SSBJ), a value that now has ``st_meta[2]`` tuples or more in H_S (at
+    least two) becomes a candidate of the value statistics (while the table has room), and a tracked value
     records the R-cycle it was last seen in.
     """
     created = 0
@@ -188,7 +201,7 @@ def hs_insert(
             j = kset_slot(st_keys, st_used, key)
             if j >= 0:
                 st_pay[j, ST_LAST] = rc
-            elif had and st_meta[0] < st_meta[1]:
+            elif had and st_meta[0] < st_meta[1] and chain_at_least(link, cap, lo, g, st_meta[2] - 1):
                 j = -j - 1
                 st_used[j] = True
                 st_keys[j] = key

@@ -296,6 +296,13 @@ class SemiStreamJoin:
             SW.plan_filter(self)
             if self._rc > 1:
                 self.stats.gc(self._rc)
+            self.stats.set_admission(
+                self.tuple_cost(),
+                self.row_cost(),
+                self.entry_cost(),
+                self.spec.switch_factor,
+                self.spec.count_overheads,
+            )
             evicted = np.zeros(0, np.int64)
             if self._rc % self.spec.eviction_interval == 0:
                 evicted, n_empty = self.cache.evict(
@@ -324,7 +331,7 @@ class SemiStreamJoin:
         self.interest.rebuild(
             st.keys[st.used],
             cache.index.keys[cache.index.used],
-            cache.empties.keys[cache.empties.used],
+            cache.empties.keys,
             expect=int(self.stats.meta[1]) + cache.values + 2 * cache.empty_values + 64,
         )
 

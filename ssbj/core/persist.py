@@ -117,9 +117,10 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "hr": hr_name,
         "hr_version": op.cache.version,
         "ix_cap": op.cache.index.cap,
-        "em_cap": op.cache.empties.cap,
         "st_cap": op.stats.table.cap,
         "st_max": op.stats.max_values,
+        "st_peak": op.stats.peak,
+        "st_admit": int(op.stats.meta[2]),
         "interest": [op.interest.planned, op.interest.added],
         "sb": sb,
         "sb_seq": op._sb_seq,
@@ -185,13 +186,19 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         m["ix_cap"],
         arrays["em_keys"],
         arrays["em_pay"],
-        m["em_cap"],
         op._k,
     )
     op.cache.version = m["hr_version"]
     if len(_row_keys(op.cache.index.keys, op.cache.index.used, op.cache.index.payload, op.cache.rows)) != op.cache.rows:
         raise CheckpointError("H_R rows and index of the checkpoint disagree")
-    op.stats.load(arrays["st_keys"], arrays["st_pay"], m["st_cap"], m["st_max"])
+    op.stats.load(
+        arrays["st_keys"],
+        arrays["st_pay"],
+        m["st_cap"],
+        m["st_max"],
+        int(m.get("st_peak", 0)),
+        int(m.get("st_admit", 2)),
+    )
     if "interest_bits" in arrays:  # the filter as saved: its size enters the budget of the next steps
         op.interest.load(arrays["interest_bits"], *m["interest"])
     else:  # older checkpoints

@@ -2,11 +2,14 @@
 
 Algorithm 1 counts, in its incrementing R-cycle, the master rows (``s_count``) of every
 value in H_S, and evaluates the cache inequality in the switching R-cycle. Only a value
-with at least two tuples in H_S can satisfy ``m * v_R < n * v_S`` once the entries'
-own bytes are counted (a value with no master rows is found at expiry instead, see
-:func:`ssbj.core.hs.hs_expire`), so only such values are tracked: a bounded table of
-*candidates*, whose bytes count in the budget; while it is full no candidate is added.
-A candidate not seen in H_S for a whole R-cycle is dropped.
+with several tuples in H_S can satisfy ``m * v_R < n * v_S`` once the entries' own bytes
+are counted (a value with no master rows is found at expiry instead, see
+:func:`ssbj.core.hs.hs_expire`), so only values whose chain in H_S reaches
+:meth:`ValueStats.set_admission` tuples are tracked: a bounded table of *candidates*,
+whose bytes count in the budget; while it is full no candidate is added. A candidate
+not seen in H_S for a whole R-cycle is dropped. The table is sized at each R-cycle
+start for the most candidates the last R-cycle held (with a margin), within its budget
+share, and grows on demand while the budget has room.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_delete, kset_find
+from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, KeyedTable, capacity_for, kset_delete, kset_find
 from ssbj.core.hs import ST_DECIDED, ST_FIELDS, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
+
+ADMIT_FACTOR = 2.0  # a candidate needs this many times the break-even tuples of a one-row value
+PEAK_MARGIN = 1.25  # the table is sized for this many times the last R-cycle's most candidates
 
 __all__ = ["ST_DECIDED", "ST_LAST", "ST_ROWS", "ST_SINCE", "ST_SWITCH", "ValueStats"]
 
@@ -46,14 +52,42 @@ def _delete_keys(keys: np.ndarray, used: np.ndarray, pay: np.ndarray, drop: np.n
     return n
 
 
+def candidate_bytes() -> float:
+    """Bytes one candidate costs in the table at the target load."""
+    return KeyedTable.bytes_for(1, ST_FIELDS, 4) / TARGET_LOAD
+
+
 class ValueStats:
     """The candidates' s_count, tracking start, last sighting and switching state."""
 
     def __init__(self, max_values: int = 1 << 16) -> None:
         self.table = KeyedTable(ST_FIELDS, np.int32, capacity_for(64))
-        self.meta = np.array([0, 0], dtype=np.int64)  # entries, most entries the kernels may add
+        # entries, most entries the kernels may add, tuples in H_S that make a value a candidate
+        self.meta = np.array([0, 0, 2], dtype=np.int64)
         self.max_values = max_values
+        self.peak = 0  # most candidates held since the last :meth:`limit_bytes`
         self._set_limit()
+
+    def set_admission(
+        self, tuple_cost: float, row_cost: float, entry_cost: float, switch_factor: float, count_overheads: bool = True
+    ) -> int:
+        """Set (and return) the tuples a value needs in H_S to become a candidate.
+
+        Break-even for the cheapest value with rows (one master row): its tuples in H_S
+        must outweigh its row and index entry in H_R plus its own candidate entry. A
+        value seen at its chain's longest has fewer tuples on average (most values that
+        reach two tuples in H_S by chance never pay), so admission asks for
+        ``ADMIT_FACTOR`` times that; at least two (Algorithm 1's own criterion). On the
+        issue's data (skew 1) this admits values with 6 tuples or more; the table then
+        holds the few values that can switch instead of filling with the first arrivals.
+        Without ``count_overheads`` (the paper's inequality on row bytes alone) the
+        candidate's bytes are not counted either: a value with one row needs two tuples.
+        """
+        own = candidate_bytes() if count_overheads else 0.0
+        need = (switch_factor * (row_cost + entry_cost) + own) / max(tuple_cost, 1.0)
+        n = max(2, int(np.ceil(ADMIT_FACTOR * need)))
+        self.meta[2] = n
+        return n
 
     def _set_limit(self) -> None:
         self.meta[1] = min(self.max_values, int(self.table.cap * MAX_LOAD))
@@ -72,6 +106,7 @@ class ValueStats:
         """Let the table grow (up to ``max_bytes``) when it is nearly full."""
         t = self.table
         t.size = self.size
+        self.peak = max(self.peak, self.size)
         if self.size < 0.8 * self.meta[1] or self.meta[1] >= self.max_values:
             return
         want = capacity_for(2 * self.size + 64)
@@ -82,13 +117,20 @@ class ValueStats:
             self._set_limit()
 
     def limit_bytes(self, max_bytes: int) -> None:
-        """Shrink the table (dropping no entry) toward ``max_bytes``."""
+        """Size the table (dropping no entry) for the last R-cycle's peak, with margin, within ``max_bytes``.
+
+        Called at an R-cycle start; the table grows again on demand (:meth:`grow`) while
+        the budget has room. A resize happens only when the size is off by more than 25% (or over ``max_bytes``).
+        """
         t = self.table
         t.size = self.size
+        self.peak = max(self.peak, self.size)
         per = KeyedTable.bytes_for(1, ST_FIELDS, 4)
-        cap = max(capacity_for(self.size, MAX_LOAD), max_bytes // per, 16)
-        if cap < t.cap:
+        want = capacity_for(int(PEAK_MARGIN * self.peak) + 64, MAX_LOAD)
+        cap = max(capacity_for(self.size, MAX_LOAD), min(want, max_bytes // per), 16)
+        if t.cap * per > max_bytes or not 0.8 * t.cap <= cap <= 1.25 * t.cap:
             t.resize(cap)
+        self.peak = self.size
         self._set_limit()
 
     def gc(self, rc: int) -> None:
@@ -134,9 +176,13 @@ class ValueStats:
         """(keys, payload) of the candidates."""
         return self.table.entries()
 
-    def load(self, keys: np.ndarray, payload: np.ndarray, cap: int, max_values: int) -> None:
-        """Restore from :meth:`entries`."""
+    def load(
+        self, keys: np.ndarray, payload: np.ndarray, cap: int, max_values: int, peak: int = 0, admit: int = 2
+    ) -> None:
+        """Restore from :meth:`entries` (``peak``, ``admit``: older checkpoints have neither)."""
         self.max_values = max_values
+        self.peak = peak
+        self.meta[2] = admit
         self.table.load(keys, payload.reshape(-1, ST_FIELDS), cap)
         self.meta[0] = len(keys)
         self._set_limit()

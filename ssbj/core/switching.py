@@ -21,7 +21,7 @@ from ssbj.core.hashing import kset_find
 from ssbj.core.hs import hs_remove
 from ssbj.core.keys import is_exact
 from ssbj.core.refresh import HR_LEN, HR_START
-from ssbj.core.rfilter import OFF
+from ssbj.core.rfilter import OFF, rf_test
 from ssbj.core.rfilter import plan as rf_plan
 
 if TYPE_CHECKING:
@@ -142,6 +142,31 @@ def switch_in(
     op._c.switched_in += len(keys)
 
 
+@njit(cache=True)
+def _filter_answers(
+    keys: np.ndarray, bits: np.ndarray, mode: int, base: int, nbits: int, oor: bool
+) -> np.ndarray:  # pragma: no cover
+    """Mask of ``keys`` the R-filter answers (tests negative)."""
+    out = np.zeros(keys.shape[0], dtype=np.bool_)
+    for i in range(keys.shape[0]):
+        out[i] = not rf_test(bits, mode, base, nbits, oor, keys[i])
+    return out
+
+
+def drop_answered_empties(op: SemiStreamJoin) -> int:
+    """Drop the empty entries of values the answering R-filter tests negative.
+
+    The cache phase asks the filter before the empty entries, so such an entry is never
+    consulted again (with a bitmap: every one). Returns how many were dropped.
+    """
+    rf = op.rfilter.answering(op._rc)
+    e = op.cache.empties
+    if rf is None or not e.size:
+        return 0
+    gone = e.keys[_filter_answers(e.keys, rf.bits, rf.mode, rf.base, rf.nbits, rf.oor)]
+    return e.drop(gone)
+
+
 def plan_filter(op: SemiStreamJoin) -> None:
     """At an R-cycle start: plan the R-filter from the last R-cycle and start building it.
 
@@ -151,6 +176,7 @@ def plan_filter(op: SemiStreamJoin) -> None:
     with the tuples the filter answered itself. ``always`` (tests): from R-cycle 2, as
     large as the planner allows.
     """
+    op._c.bump("empties_filtered", drop_answered_empties(op))
     mode, rc = op.spec.r_filter, op._rc
     c = op._c.extra
     now = (c.get("hs_unmatched", 0), c.get("filter_answered", 0))
