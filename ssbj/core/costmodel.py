@@ -44,6 +44,9 @@ class CostConstants:
     c_rt: float = 100_000.0
     c_key: float = 5_000.0
     c_row: float = 2_000.0
+    # one more piece of a partition read in pieces (JoinSpec.disk_chunk_rows): encoding its
+    # keys, one kernel call, its takes (measured: ssbj.bench / docs/bound.md)
+    c_piece: float = 25_000.0
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
@@ -177,6 +180,7 @@ class MemoryPlan:
     w_s: int
     predicted_c_loop: float
     predicted_service_rate: float
+    disk_chunk_rows: int | None = None  # rows per piece of a partition (None: read whole)
 
 
 def plan_memory(
@@ -189,6 +193,7 @@ def plan_memory(
     f: float = 1.0,
     cache_share: float = 0.0,
     prefetch: int = 0,
+    chunked: bool = False,
 ) -> MemoryPlan:
     """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
 
@@ -200,6 +205,11 @@ def plan_memory(
     the service rate; ``cache_share`` is the expected share of tuples the cache phase
     serves (0 for MESHJOIN), so w = w_S / (1 - share). ``prefetch`` partitions read ahead
     (:mod:`ssbj.core.prefetch`) each take one more disk buffer.
+
+    ``chunked``: the master hands partitions out in pieces (:class:`ssbj.contracts.MasterChunks`,
+    no read ahead), so the disk buffer holds one piece of ``c`` rows, not b: b then costs
+    no memory, only time (fewer, larger steps per R-cycle), and each piece beyond the first
+    costs ``c_piece``; b and c are chosen together.
     """
     if prefetch < 0:
         raise ConfigError(f"prefetch depth must be >= 0, got {prefetch}")
@@ -208,22 +218,25 @@ def plan_memory(
     r_t = max(r_t, 1)
     best: MemoryPlan | None = None
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
+    pieces = chunked and prefetch == 0
     for b in candidates:
         k = math.ceil(r_t / b)
-        buffers = (1 + prefetch) * b * (v_r + DISK_ROW_OVERHEAD)
-        left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
-        if left <= 0:
-            continue
-        w_s = int(left / ((k + 1) * (v_p + f * v_s)))
-        if w_s < 1:
-            continue
-        w = w_s / max(1e-6, 1.0 - cache_share)
-        w_n = int(w - w_s)
-        step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
-        c = model.c_loop(step)
-        mu = (w_s + w_n) / c
-        if best is None or mu > best.predicted_service_rate:
-            best = MemoryPlan(b, k, int(w_s * v_s), w_s, c, mu)
+        sizes = [b] + ([c for c in _piece_candidates(b)] if pieces else [])
+        for rows in sizes:
+            buffers = (1 + prefetch) * rows * (v_r + DISK_ROW_OVERHEAD)
+            left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
+            if left <= 0:
+                continue
+            w_s = int(left / ((k + 1) * (v_p + f * v_s)))
+            if w_s < 1:
+                continue
+            w = w_s / max(1e-6, 1.0 - cache_share)
+            w_n = int(w - w_s)
+            step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
+            c = model.c_loop(step) + 1e-9 * model.k.c_piece * (math.ceil(b / rows) - 1)
+            mu = (w_s + w_n) / c
+            if best is None or mu > best.predicted_service_rate:
+                best = MemoryPlan(b, k, int(w_s * v_s), w_s, c, mu, rows if rows < b else None)
     if best is None:
         raise ConfigError(
             f"memory budget of {budget} bytes cannot hold one master tuple ({v_r:.0f} B) and one "
@@ -240,3 +253,13 @@ def _k_candidates(r_t: int) -> list[int]:
         ks.append(int(k))
         k *= 1.25
     return sorted(set(ks))
+
+
+def _piece_candidates(b: int) -> list[int]:
+    """Piece sizes to try for a partition of ``b`` rows: powers of two from 64 below b."""
+    out = []
+    c = 64
+    while c < b:
+        out.append(c)
+        c *= 2
+    return out

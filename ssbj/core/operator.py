@@ -43,7 +43,7 @@ from ssbj.core import diskphase as DP
 from ssbj.core import lookupphase as LP
 from ssbj.core import persist
 from ssbj.core import switching as SW
-from ssbj.core.arrowtypes import plain_schema, plain_table
+from ssbj.core.arrowtypes import plain_schema
 from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
@@ -236,12 +236,11 @@ class SemiStreamJoin:
         done = LP.lookup_phase(self, p, pairs, unmatched) if LP.choose_lookup(self) else None
         t3 = time.perf_counter()
         if LP.can_idle(self):
-            part = self._master_layout.empty_table()
+            b_rows = 0
             path = "idle" if done is None else "lookup"
         else:
-            part = plain_table(self.master.read_partition(p).select(self._mcols))
-            t3 = time.perf_counter()
-            DP.disk_phase(self, p, part, fsm, pairs)
+            b_rows, waited = DP.scan_partition(self, p, fsm, pairs)
+            t3 += waited
             if self.spec.memory_budget is not None and self._rc == 1 and p == 0:
                 B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
             DP.expire(self, p, unmatched)
@@ -257,9 +256,7 @@ class SemiStreamJoin:
         self._c.steps += 1
         self._step += 1
         t4 = time.perf_counter()
-        metrics = self._metrics(
-            p, fsm, w_n, w_s, w_null, part.num_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3
-        )
+        metrics = self._metrics(p, fsm, w_n, w_s, w_null, b_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3)
         if self._c.served_lookup or path != "scan":
             metrics = LP.with_lookup(metrics, path, done, self._c.served_lookup)
         self._c.busy_seconds += time.perf_counter() - t0
