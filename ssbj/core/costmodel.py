@@ -46,7 +46,7 @@ class CostConstants:
     c_row: float = 2_000.0
     # one more piece of a partition read in pieces (JoinSpec.disk_chunk_rows): encoding its
     # keys, one kernel call, its takes (measured: ssbj.bench / docs/bound.md)
-    c_piece: float = 25_000.0
+    c_piece: float = 120_000.0
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from ssbj.core.arrowtypes import plain_table
+from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
 from ssbj.core.interest import interest_test
@@ -172,6 +172,9 @@ class RefreshRows:
         self.cut: list[tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]] = []
         self.n_empty = 0
         self.refresh = False  # whether the pieces were probed for the refresh (H_R not empty)
+        self.slots: list[np.ndarray] = []  # H_S slots of the pairs, per piece
+        self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
+        self.max_rows = 0  # rows of the largest piece so far
 
     def add(
         self,
@@ -185,6 +188,8 @@ class RefreshRows:
     ) -> None:
         """Keep what the refresh needs of this piece."""
         self.n_empty += n_empty
+        if len(rf_row) == 0 and n_empty == 0:
+            return
         if self.whole and valid.all():
             # (with NULL keys the rows are cut: refresh caches every row whose *encoded* key is
             # cached, and a NULL's encoding is a value too)
@@ -194,7 +199,7 @@ class RefreshRows:
         if n_empty:  # rows of values cached empty (new in R): the refresh gives them cached rows
             e = op.cache.empties
             rows = np.concatenate([rf_row, np.flatnonzero(valid & np.isin(keys, e.keys[e.used]))])
-        t = part.take(pa.array(rows, pa.int64()))
+        t = take_rows(part, rows)
         op._note_transient(t.nbytes + 16 * len(rows))
         self.cut.append((t, keys[rows], np.arange(len(rf_row), dtype=np.int64), rf_slot))
 
@@ -236,12 +241,31 @@ def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Ta
         waited += time.perf_counter() - t0
         if piece is None:
             break
-        part = plain_table(piece.select(op._mcols))
+        part = piece.select(op._mcols)
+        if not part.schema.equals(op._master_layout):
+            part = plain_table(part)
         n += part.num_rows
         disk_phase(op, p, part, fsm, pairs, acc)
+    if acc.slots:
+        _pairs(op, acc, pairs)
     if n and acc.refresh:
         acc.finish(op, p)
     return n, waited
+
+
+def _pairs(op: SemiStreamJoin, acc: RefreshRows, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
+    """Append the partition's output pairs, gathering H_S's tuples once for all pieces."""
+    psl = acc.slots[0] if len(acc.slots) == 1 else np.concatenate(acc.slots)
+    m = acc.masters[0] if len(acc.masters) == 1 else pa.concat_tables(acc.masters)
+    acc.slots, acc.masters = [], []
+    s = op.hs.take(psl)
+    ok = op._verified(s, m)
+    if ok is not None:
+        s, m, psl = s.filter(ok), m.filter(ok), psl[ok]
+    if op._verify:
+        op.hs.mark_matched(psl)
+    if len(psl):
+        pairs.append((s, m))
 
 
 def disk_phase(
@@ -252,13 +276,21 @@ def disk_phase(
     # int64 keys without NULLs are a view of the partition's own buffer (ssbj.core.keys)
     own = mk.values.flags.owndata or mk.values.base is None
     keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
-    if int(part.nbytes) + keys_bytes >= op._disk_buffer_bytes:  # the largest piece of the partition
-        op._disk_keys_bytes = keys_bytes
-        op._disk_buffer_bytes = int(part.nbytes) + keys_bytes
+    # the largest piece of the partition (a piece's nbytes costs ~16 us: with fixed-width
+    # columns only, bytes grow with rows, so only a piece with more rows can be larger)
+    if part.num_rows > acc.max_rows or not op._master_fixed:
+        acc.max_rows = max(acc.max_rows, part.num_rows)
+        nbytes = int(part.nbytes) + keys_bytes
+        if nbytes >= op._disk_buffer_bytes:
+            op._disk_keys_bytes = keys_bytes
+            op._disk_buffer_bytes = nbytes
     op._disk_buffer_peak = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     if part.num_rows and (op._rc <= 1 or fsm in (1, 2) or op._vr_avg == 0):
         seen = op._c.extra.get("master_rows_measured", 0)
-        mb = float(row_nbytes(part.select(op._proj)).sum())
+        if op._fixed_row_bytes:  # fixed-width columns: every row the same bytes
+            mb = float(op._fixed_row_bytes * part.num_rows)
+        else:
+            mb = float(row_nbytes(part.select(op._proj)).sum())
         op._vr_avg = (op._vr_avg * seen + mb) / (seen + part.num_rows)
         op._c.bump("master_rows_measured", part.num_rows)
     if part.num_rows == 0:
@@ -301,20 +333,13 @@ def disk_phase(
     op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
     if len(sb):
         op._sb_seq += 1
-        t = part.take(sb)
+        t = take_rows(part, sb)
         op._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), op._sb_seq))
         op._sb_bytes += int(t.nbytes) + 12 * len(sb)
         op._sb_peak = max(op._sb_peak, op._sb_bytes)
     if len(pm):
-        s = hs.take(psl)
-        m = part.take(pm)
-        ok = op._verified(s, m)
-        if ok is not None:
-            s, m, psl = s.filter(ok), m.filter(ok), psl[ok]
-        if op._verify:
-            hs.mark_matched(psl)
-        if len(psl):
-            pairs.append((s, m))
+        acc.slots.append(psl)
+        acc.masters.append(take_rows(part, pm))
     if refresh:
         acc.add(op, part, mk.values, mk.valid, rf_row, rf_slot, int(n_empty))
 

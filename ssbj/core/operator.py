@@ -64,6 +64,14 @@ __all__ = ["Algorithm", "JoinSpec", "SemiStreamJoin", "StepResult", "master_outp
 FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
 
 
+def _fixed_width(t: pa.DataType) -> bool:
+    """Whether a column of this type takes the same bytes for every row (its nbytes grows with rows alone)."""
+    try:
+        return bool(t.bit_width) and not pa.types.is_dictionary(t)
+    except ValueError:
+        return False
+
+
 class SemiStreamJoin:
     """SSBJ (or plain MESHJOIN) over stream batches and a master scan; see the module doc."""
 
@@ -101,6 +109,16 @@ class SemiStreamJoin:
             list(stream_schema) + [pa.field(n, master_schema.field(c).type) for n, c in zip(names, proj, strict=True)]
         )
         self._master_layout = pa.schema([master_schema.field(c) for c in self._mcols])
+        self._master_fixed = all(_fixed_width(f.type) for f in self._master_layout)
+        # v_R of a fixed-width projection, as ssbj.core.rowsize measures it (0: measure rows)
+        self._fixed_row_bytes = (
+            sum(
+                1 if pa.types.is_boolean(t) else max(1, t.bit_width // 8)
+                for t in (master_schema.field(c).type for c in proj)
+            )
+            if self._master_fixed
+            else 0
+        )
         self._use_cache = spec.algorithm == "ssbj"
         key_width = 8 if self._store_key or key_type.bit_width < 8 else key_type.bit_width // 8
         self._key_overhead = 8 if self._store_key else 8 - key_width
