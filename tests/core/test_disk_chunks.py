@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
 
-from ssbj.core import ArrowMaster, CostModel, JoinSpec, SemiStreamJoin, plan_memory
+from ssbj.core import ArrowMaster, CostConstants, CostModel, JoinSpec, SemiStreamJoin, plan_memory
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.rowsize import row_nbytes
 
@@ -224,7 +224,8 @@ def test_planned_pieces_hold_the_budget(algorithm: str, budget: int, tmp_path: A
     stream, master = _drifting(20_000, 120_000)
     v_s = float(row_nbytes(stream.slice(0, 1000)).mean())
     v_r = float(row_nbytes(master.select(["mid", "attr"]).slice(0, 1000)).mean())
-    plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel(), chunked=True)
+    # pieces made cheap, so that the planner takes them at every budget here
+    plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel(CostConstants(c_piece=5_000)), chunked=True)
     assert plan.disk_chunk_rows is not None and plan.disk_chunk_rows < plan.partition_rows
     spec = JoinSpec(
         "sk",
@@ -290,3 +291,18 @@ def test_refresh_sees_every_piece_of_a_partition(pieces: int) -> None:
     # NULL keys never match: the row whose key became NULL is not served (it once was, by the refresh)
     assert all(row[1] == row[3] for step in whole for row in step[0])
     assert run(pieces)[0] == whole
+
+
+def test_planner_sizes_the_disk_buffer_as_one_piece() -> None:
+    """With pieces b costs no memory: the plan's buffer is the piece, and it predicts at least the whole-partition rate."""
+    model = CostModel(CostConstants(c_piece=20_000))
+    whole = plan_memory(720_000, 2_000_000, 32.0, 36.0, model)
+    pieces = plan_memory(720_000, 2_000_000, 32.0, 36.0, model, chunked=True)
+    assert whole.disk_chunk_rows is None
+    assert pieces.disk_chunk_rows is not None and pieces.disk_chunk_rows < pieces.partition_rows
+    assert pieces.disk_chunk_rows < whole.partition_rows  # a smaller buffer ...
+    assert pieces.partition_rows > whole.partition_rows  # ... and fewer, larger steps per R-cycle
+    assert pieces.w_s * pieces.partitions > whole.w_s * whole.partitions  # more tuples held per R-cycle
+    assert pieces.predicted_service_rate >= whole.predicted_service_rate
+    # read ahead holds whole partitions: no pieces then
+    assert plan_memory(720_000, 2_000_000, 32.0, 36.0, model, prefetch=1, chunked=True).disk_chunk_rows is None
