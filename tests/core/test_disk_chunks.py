@@ -294,7 +294,7 @@ def test_refresh_sees_every_piece_of_a_partition(pieces: int) -> None:
 
 
 def test_planner_sizes_the_disk_buffer_as_one_piece() -> None:
-    """With pieces b costs no memory: the plan's buffer is the piece, and it predicts at least the whole-partition rate."""
+    """With pieces b costs no memory: the buffer is one piece; the predicted rate is at least the whole one."""
     model = CostModel(CostConstants(c_piece=20_000))
     whole = plan_memory(720_000, 2_000_000, 32.0, 36.0, model)
     pieces = plan_memory(720_000, 2_000_000, 32.0, 36.0, model, chunked=True)
