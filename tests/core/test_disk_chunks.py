@@ -23,8 +23,10 @@ from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
 
 from ssbj.core import ArrowMaster, CostConstants, CostModel, JoinSpec, SemiStreamJoin, plan_memory
+from ssbj.core.arrowtypes import take_rows
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.rowsize import row_nbytes
+from ssbj.errors import ConfigError
 
 KEY = st.one_of(st.none(), st.integers(0, 12))
 PIECES = st.sampled_from([1, 2, 3, 5, 64])
@@ -306,3 +308,27 @@ def test_planner_sizes_the_disk_buffer_as_one_piece() -> None:
     assert pieces.predicted_service_rate >= whole.predicted_service_rate
     # read ahead holds whole partitions: no pieces then
     assert plan_memory(720_000, 2_000_000, 32.0, 36.0, model, prefetch=1, chunked=True).disk_chunk_rows is None
+
+
+def test_arrow_master_pieces_concatenate_to_the_partition() -> None:
+    t = pa.table({"mk": pa.array(range(23), pa.int64()), "s": pa.array([f"v{i}" for i in range(23)])})
+    m = ArrowMaster(t, 10)
+    for p in range(m.num_partitions()):
+        for rows in (1, 3, 10, 50):
+            got = list(m.read_partition_chunks(p, rows))
+            assert all(0 < g.num_rows <= rows for g in got)
+            assert pa.concat_tables(got).equals(m.read_partition(p))
+    with pytest.raises(ConfigError):
+        next(m.read_partition_chunks(0, 0))
+    with pytest.raises(ConfigError):
+        JoinSpec("sk", "mk", disk_chunk_rows=0)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_take_rows_equals_arrow_take(chunked: bool) -> None:
+    t = pa.table({"a": pa.array([1, None, 3, 4]), "b": pa.array(["x", "y", None, "zz"])})
+    if chunked:
+        t = pa.concat_tables([t.slice(0, 2), t.slice(2)])
+    idx = np.array([3, 0, 0, 2], np.int64)
+    assert take_rows(t, idx).equals(t.take(pa.array(idx)))
+    assert take_rows(t, idx[:0]).num_rows == 0
