@@ -171,7 +171,8 @@ class RefreshRows:
         self.raw: tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.cut: list[tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]] = []
         self.n_empty = 0
-        self.refresh = False  # whether the pieces were probed for the refresh (H_R not empty)
+        self.refresh = False  # whether the pieces are probed for the refresh (H_R not empty)
+        self.costs = (0.0, 0.0, 0.0)  # tuple, row and entry cost of the cache inequality
         self.slots: list[np.ndarray] = []  # H_S slots of the pairs, per piece
         self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
         self.max_rows = 0  # rows of the largest piece so far
@@ -232,6 +233,10 @@ def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Ta
     whole = rows is None or getattr(op.master, "read_partition_chunks", None) is None
     pieces = partition_pieces(op.master, p, rows)
     acc = RefreshRows(whole)
+    # the same for every piece: H_S, H_R and the statistics do not change during the disk phase
+    cache = op.cache
+    acc.refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
+    acc.costs = (op.tuple_cost(), op.row_cost(), op.entry_cost())
     op._disk_buffer_bytes = 0
     n = 0
     waited = 0.0
@@ -298,8 +303,8 @@ def disk_phase(
     if op._use_cache:
         note_scan(op, mk.values, mk.valid)
     hs, st, cache = op.hs, op.stats.table, op.cache
-    refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
-    acc.refresh = refresh
+    refresh = acc.refresh
+    tuple_cost, row_cost, entry_cost = acc.costs
     # tracked since the first step of the incrementing R-cycle (rc - 1) or before
     eligible = 2 * (op._rc - 1) if fsm == 2 else -1
     pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
@@ -317,9 +322,9 @@ def disk_phase(
         op._rc,
         eligible,
         op.spec.switch_factor,
-        op.tuple_cost(),
-        op.row_cost(),
-        op.entry_cost(),
+        tuple_cost,
+        row_cost,
+        entry_cost,
         st.keys,
         st.used,
         st.payload,
