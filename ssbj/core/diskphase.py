@@ -177,7 +177,7 @@ class RefreshRows:
         self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
         self.max_rows = 0  # rows of the largest piece so far
 
-    def add(
+    def rows(
         self,
         op: SemiStreamJoin,
         part: pa.Table,
@@ -186,23 +186,28 @@ class RefreshRows:
         rf_row: np.ndarray,
         rf_slot: np.ndarray,
         n_empty: int,
-    ) -> None:
-        """Keep what the refresh needs of this piece."""
+    ) -> np.ndarray | None:
+        """Rows of this piece the refresh needs copied out (None: none, or the piece is kept whole)."""
         self.n_empty += n_empty
         if len(rf_row) == 0 and n_empty == 0:
-            return
+            return None
         if self.whole and valid.all():
             # (with NULL keys the rows are cut: refresh caches every row whose *encoded* key is
             # cached, and a NULL's encoding is a value too)
             self.raw = (part, keys, rf_row, rf_slot)
-            return
-        rows = rf_row
-        if n_empty:  # rows of values cached empty (new in R): the refresh gives them cached rows
-            e = op.cache.empties
-            rows = np.concatenate([rf_row, np.flatnonzero(valid & np.isin(keys, e.keys[e.used]))])
-        t = take_rows(part, rows)
-        op._note_transient(t.nbytes + 16 * len(rows))
-        self.cut.append((t, keys[rows], np.arange(len(rf_row), dtype=np.int64), rf_slot))
+            return None
+        if not n_empty:
+            return rf_row
+        # rows of values cached empty (new in R): the refresh gives them cached rows
+        e = op.cache.empties
+        return np.concatenate([rf_row, np.flatnonzero(valid & np.isin(keys, e.keys[e.used]))])
+
+    def keep(
+        self, op: SemiStreamJoin, taken: pa.Table, keys: np.ndarray, rows: np.ndarray, n_rf: int, rf_slot: np.ndarray
+    ) -> None:
+        """Keep the rows :meth:`rows` asked for, ``taken`` out of the piece (the first ``n_rf`` have cached rows)."""
+        op._note_transient(taken.nbytes + 16 * len(rows))
+        self.cut.append((taken, keys[rows], np.arange(n_rf, dtype=np.int64), rf_slot))
 
     def finish(self, op: SemiStreamJoin, p: int) -> None:
         """Refresh the cached rows read from p with what every piece read."""
@@ -342,11 +347,18 @@ def disk_phase(
         op._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), op._sb_seq))
         op._sb_bytes += int(t.nbytes) + 12 * len(sb)
         op._sb_peak = max(op._sb_peak, op._sb_bytes)
-    if len(pm):
+    rows = acc.rows(op, part, mk.values, mk.valid, rf_row, rf_slot, int(n_empty)) if refresh else None
+    # one take for the pairs' and the refresh's rows (a take costs ~20-60 us whatever its size)
+    if len(pm) and rows is not None:
+        both = take_rows(part, np.concatenate([pm, rows]))
+        acc.slots.append(psl)
+        acc.masters.append(both.slice(0, len(pm)))
+        acc.keep(op, both.slice(len(pm)), mk.values, rows, len(rf_row), rf_slot)
+    elif len(pm):
         acc.slots.append(psl)
         acc.masters.append(take_rows(part, pm))
-    if refresh:
-        acc.add(op, part, mk.values, mk.valid, rf_row, rf_slot, int(n_empty))
+    elif rows is not None:
+        acc.keep(op, take_rows(part, rows), mk.values, rows, len(rf_row), rf_slot)
 
 
 def note_scan(op: SemiStreamJoin, keys: np.ndarray, valid: np.ndarray) -> None:
