@@ -225,9 +225,10 @@ def plan_memory(
     best: MemoryPlan | None = None
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
     pieces = chunked and prefetch == 0
+    k_floor = min(MIN_PIECED_K, max(math.ceil(r_t / b) for b in candidates)) if pieces else 1
     for b in candidates:
         k = math.ceil(r_t / b)
-        if pieces and k < min(MIN_PIECED_K, r_t):
+        if k < k_floor:
             continue
         sizes = [min(b, piece_rows(budget, v_r))] if pieces else [b]
         for rows in sizes:

@@ -308,6 +308,9 @@ def test_planner_sizes_the_disk_buffer_as_one_piece() -> None:
     assert pieces.partition_rows > whole.partition_rows  # ... and fewer, larger steps per R-cycle
     assert pieces.w_s * pieces.partitions > whole.w_s * whole.partitions  # more tuples held per R-cycle
     assert pieces.predicted_service_rate >= whole.predicted_service_rate
+    # an R smaller than 32 rows has fewer partitions than the k floor: still a plan
+    tiny = plan_memory(64_000_000, 2, 24.0, 19.5, model, chunked=True)
+    assert tiny.partitions >= 1 and tiny.disk_chunk_rows is None
     # read ahead holds whole partitions: no pieces then
     assert plan_memory(720_000, 2_000_000, 32.0, 36.0, model, prefetch=1, chunked=True).disk_chunk_rows is None
 
