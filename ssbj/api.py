@@ -101,6 +101,7 @@ def enrich(
         algorithm=algorithm,
         join_type=how,
         memory_budget=budget,
+        disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
     )
     r_cols = projected.select(wanted)
     plan = plan_join(

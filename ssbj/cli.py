@@ -364,6 +364,7 @@ def _cmd_join(args: argparse.Namespace) -> int:
         algorithm=args.algorithm,
         memory_budget=budget,
         switch_factor=args.switch_factor,
+        disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
     )
     joined = plan_join(settings, v_s, master.num_rows, v_r, model)
     plan = joined.memory

@@ -102,6 +102,20 @@ class MasterScan(Protocol):
         ...
 
 
+@runtime_checkable
+class MasterChunks(Protocol):
+    """A master scan that hands a partition out in pieces, reading each only when asked.
+
+    Optional: with it the operator holds one piece of the partition at a time (the disk
+    buffer costs ``rows`` rows, not b); a scan without it is read whole and charged whole.
+    The pieces, concatenated, are exactly :meth:`MasterScan.read_partition` of ``p``.
+    """
+
+    def read_partition_chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
+        """Partition ``p`` in consecutive pieces of at most ``rows`` rows."""
+        ...
+
+
 PARTITION_COLUMN = "__ssbj_partition"
 """Column a :class:`MasterLookup` adds to each row: the index of the scan partition holding it."""
 

@@ -83,6 +83,9 @@ class JoinSettings:
     step_rows: int | None = None
     prefetch: int = 0  # master partitions read ahead (ssbj.core.prefetch): the planner reserves their buffers
     hybrid: Literal["off", "auto", "always"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
+    # the master can hand partitions out in pieces (ssbj.contracts.MasterChunks: in-memory
+    # Arrow): the planner sizes the disk buffer as one piece, and b for time alone
+    disk_chunks: bool = False
 
     @property
     def needs_master_size(self) -> bool:
@@ -99,7 +102,7 @@ class JoinPlan:
     memory: MemoryPlan | None
 
 
-def join_spec(settings: JoinSettings, chunk_bytes: int) -> JoinSpec:
+def join_spec(settings: JoinSettings, chunk_bytes: int, disk_chunk_rows: int | None = None) -> JoinSpec:
     """Return the operator's spec for ``settings`` with ``chunk_bytes`` of stream tuples per step."""
     s = settings
     return JoinSpec(
@@ -113,6 +116,7 @@ def join_spec(settings: JoinSettings, chunk_bytes: int) -> JoinSpec:
         chunk_bytes=max(1, chunk_bytes),
         memory_budget=None if s.step_rows else s.memory_budget,
         max_step_tuples=s.step_rows or MAX_STEP_TUPLES,
+        disk_chunk_rows=disk_chunk_rows,
     )
 
 
@@ -135,8 +139,15 @@ def plan_join(
     if master_rows is None or master_row_bytes is None:
         raise ConfigError("plan_join needs master_rows and master_row_bytes when b or w is left to the budget")
     plan = plan_memory(
-        s.memory_budget, master_rows, stream_row_bytes, master_row_bytes, cost_model or CostModel(), prefetch=s.prefetch
+        s.memory_budget,
+        master_rows,
+        stream_row_bytes,
+        master_row_bytes,
+        cost_model or CostModel(),
+        prefetch=s.prefetch,
+        chunked=s.disk_chunks,
     )
     b = s.partition_rows or plan.partition_rows
     chunk = int(s.step_rows * stream_row_bytes) if s.step_rows else plan.chunk_bytes
-    return JoinPlan(join_spec(s, chunk), b, plan)
+    pieces = plan.disk_chunk_rows if s.disk_chunks and plan.disk_chunk_rows and plan.disk_chunk_rows < b else None
+    return JoinPlan(join_spec(s, chunk, pieces), b, plan)

@@ -34,6 +34,7 @@ from ssbj.core.empties import EmptySet
 from ssbj.core.hashing import KeyedTable
 
 SAMPLE_ROWS = 1 << 22  # stream tuples the empirical key distribution is taken from
+PIECES = True  # the disk phase reads partitions in pieces (b and the piece size planned together)
 
 
 class DriftingStream(SyntheticStream):
@@ -89,7 +90,7 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
     sample = ref.rows(SAMPLE_ROWS).column(ref.stream_key).to_numpy()
     dist = key_distribution(sample, ref.master.column(ref.master_key).to_numpy())
     bound = memory_optimal_bound(dist, budget, ds.v_s, ds.v_r)
-    pt = bench.pair(ds, budget)
+    pt = bench.pair(ds, budget, pieces=PIECES)
     out: Json = {"memory_fraction": frac, "budget": budget, "bound": bound.to_dict(), **pt}
     if "error" in pt:
         return out
@@ -101,7 +102,12 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
         r["hs_bytes_per_waiting_tuple"] = r["memory_components_mean"].get("h_s", 0.0) / max(r["hs_tuples_mean"], 1.0)
         r["c_loop_per_tuple"] = r["c_loop_mean"] / max(r["w_per_step"], 1e-9)
     # MESHJOIN at SSBJ's w (fixed chunk of the same bytes, no budget): c_loop at equal w
-    same_w = RunConfig("meshjoin", pt["partition_rows"], chunk_bytes=max(1, int(s["w_per_step"] * ds.v_s)))
+    same_w = RunConfig(
+        "meshjoin",
+        pt["partition_rows"],
+        chunk_bytes=max(1, int(s["w_per_step"] * ds.v_s)),
+        disk_chunk_rows=pt.get("disk_chunk_rows"),
+    )
     mw = bench.run(ds, same_w)
     out["meshjoin_same_w"] = {k: mw[k] for k in ("w_per_step", "c_loop_mean", "service_rate", "partitions")}
     out["c_loop_ratio_same_w"] = _ratio(s["c_loop_mean"], mw["c_loop_mean"])

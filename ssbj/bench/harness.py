@@ -301,6 +301,7 @@ class RunConfig:
     memory_budget: int | None = None
     switch_factor: float = 1.0
     refresh_cache: bool = True
+    disk_chunk_rows: int | None = None  # the disk phase reads partitions in pieces of this many rows
 
 
 @dataclass
@@ -341,6 +342,7 @@ def _run(
         max_step_tuples=p.max_step_tuples,
         memory_budget=cfg.memory_budget,
         refresh_cache=cfg.refresh_cache,
+        disk_chunk_rows=cfg.disk_chunk_rows,
         # at least one stream tuple per step, however small the budget
         min_chunk_bytes=max(1, math.ceil(ds.v_s)),
     )
@@ -583,20 +585,49 @@ class Bench:
         At least ``min_partitions`` partitions: the planner picks k = 1 once the budget
         holds all of R, leaving no room for H_R (see the module doc).
         """
-        settings = JoinSettings(stream_key=ds.stream_key, master_key=ds.master_key, memory_budget=budget)
-        b = plan_join(settings, ds.v_s, ds.r_rows, ds.v_r, self.model()).partition_rows
-        return int(min(b, -(-ds.r_rows // self.p.min_partitions)))
+        return self.plan_pieces(ds, budget, pieces=False)[0]
 
-    def pair(self, ds: Dataset, budget: int, switch_factor: float = 1.0, partition_rows: int | None = None) -> Json:
-        """SSBJ and MESHJOIN with the same memory budget and b (planned unless given); rates and their ratio."""
+    def plan_pieces(self, ds: Dataset, budget: int, pieces: bool) -> tuple[int, int | None]:
+        """B and, with ``pieces``, the disk phase's piece size (rows) for ``budget`` bytes."""
+        settings = JoinSettings(
+            stream_key=ds.stream_key, master_key=ds.master_key, memory_budget=budget, disk_chunks=pieces
+        )
+        plan = plan_join(settings, ds.v_s, ds.r_rows, ds.v_r, self.model())
+        b = int(min(plan.partition_rows, -(-ds.r_rows // self.p.min_partitions)))
+        rows = plan.spec.disk_chunk_rows
+        return b, (rows if rows is not None and rows < b else None)
+
+    def pair(
+        self,
+        ds: Dataset,
+        budget: int,
+        switch_factor: float = 1.0,
+        partition_rows: int | None = None,
+        pieces: bool = False,
+    ) -> Json:
+        """SSBJ and MESHJOIN with the same memory budget and b (planned unless given); rates and their ratio.
+
+        ``pieces``: the disk phase reads partitions in pieces (planned with b, the same for both).
+        """
+        rows: int | None = None
         try:
-            b = partition_rows or self.plan(ds, budget)
+            if partition_rows:
+                b = partition_rows
+            else:
+                b, rows = self.plan_pieces(ds, budget, pieces)
         except ConfigError as exc:  # the budget cannot hold a disk buffer and an H_S chunk
             self.log(f"  budget {budget} B: {exc}")
             return {"budget": budget, "error": str(exc)}
-        out: Json = {"budget": budget, "partition_rows": b}
+        out: Json = {"budget": budget, "partition_rows": b, "disk_chunk_rows": rows}
         cfgs = [
-            RunConfig(algo, b, chunk_bytes=max(1, budget // 16), memory_budget=budget, switch_factor=switch_factor)
+            RunConfig(
+                algo,
+                b,
+                chunk_bytes=max(1, budget // 16),
+                memory_budget=budget,
+                switch_factor=switch_factor,
+                disk_chunk_rows=rows,
+            )
             for algo in ALGORITHMS
         ]
         for algo, r in zip(ALGORITHMS, self.runs(ds, cfgs), strict=True):

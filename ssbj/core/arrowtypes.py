@@ -7,6 +7,7 @@ view columns are turned into their large counterparts when they enter the operat
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -27,3 +28,11 @@ def plain_table(table: pa.Table) -> pa.Table:
     """Return ``table`` cast to :func:`plain_schema` (no copy when there is nothing to change)."""
     target = plain_schema(table.schema)
     return table if target.equals(table.schema) else table.cast(target)
+
+
+def take_rows(table: pa.Table, idx: np.ndarray) -> pa.Table:
+    """Rows ``idx`` of ``table``: through its one record batch when it has one (~3x faster than Table.take)."""
+    batches = table.to_batches()
+    if len(batches) == 1:
+        return pa.Table.from_batches([batches[0].take(pa.array(idx, pa.int64()))])
+    return table.take(pa.array(idx, pa.int64()))

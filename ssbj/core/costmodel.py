@@ -44,6 +44,9 @@ class CostConstants:
     c_rt: float = 100_000.0
     c_key: float = 5_000.0
     c_row: float = 2_000.0
+    # one more piece of a partition read in pieces (JoinSpec.disk_chunk_rows): encoding its
+    # keys, one kernel call, its takes (measured: ssbj.bench / docs/bound.md)
+    c_piece: float = 120_000.0
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
@@ -164,6 +167,12 @@ def calibrate_lookup(
 HS_TUPLE_OVERHEAD = 8 + 4 + 5 / 0.75  # per waiting tuple: encoded key, link, worst-case index share
 DISK_ROW_OVERHEAD = 9  # per row of the disk buffer: encoded key and validity
 QUEUE_RECORD = 32  # per chunk record of Q
+PIECE_SHARE = 0.04  # of the budget: one piece of a partition read in pieces (piece_rows)
+MIN_PIECE_ROWS = 1024
+# with pieces b costs no memory, but H_S's ring holds k + 1 chunks for k waiting: at least
+# this k keeps the extra chunk <= 3% of H_S (a noisy calibration chose k = 5: 17%, and
+# MESHJOIN held 0.58 of M / v_S against 0.74 at k = 36)
+MIN_PIECED_K = 32
 RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
 
 
@@ -177,6 +186,7 @@ class MemoryPlan:
     w_s: int
     predicted_c_loop: float
     predicted_service_rate: float
+    disk_chunk_rows: int | None = None  # rows per piece of a partition (None: read whole)
 
 
 def plan_memory(
@@ -189,6 +199,7 @@ def plan_memory(
     f: float = 1.0,
     cache_share: float = 0.0,
     prefetch: int = 0,
+    chunked: bool = False,
 ) -> MemoryPlan:
     """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
 
@@ -200,6 +211,11 @@ def plan_memory(
     the service rate; ``cache_share`` is the expected share of tuples the cache phase
     serves (0 for MESHJOIN), so w = w_S / (1 - share). ``prefetch`` partitions read ahead
     (:mod:`ssbj.core.prefetch`) each take one more disk buffer.
+
+    ``chunked``: the master hands partitions out in pieces (:class:`ssbj.contracts.MasterChunks`,
+    no read ahead), so the disk buffer holds one piece of :func:`piece_rows` rows, not b:
+    b then costs no memory, only time (fewer, larger steps per R-cycle against the ring's
+    extra chunk), and each piece beyond the first costs ``c_piece``.
     """
     if prefetch < 0:
         raise ConfigError(f"prefetch depth must be >= 0, got {prefetch}")
@@ -208,22 +224,28 @@ def plan_memory(
     r_t = max(r_t, 1)
     best: MemoryPlan | None = None
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
+    pieces = chunked and prefetch == 0
+    k_floor = min(MIN_PIECED_K, max(math.ceil(r_t / b) for b in candidates)) if pieces else 1
     for b in candidates:
         k = math.ceil(r_t / b)
-        buffers = (1 + prefetch) * b * (v_r + DISK_ROW_OVERHEAD)
-        left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
-        if left <= 0:
+        if k < k_floor:
             continue
-        w_s = int(left / ((k + 1) * (v_p + f * v_s)))
-        if w_s < 1:
-            continue
-        w = w_s / max(1e-6, 1.0 - cache_share)
-        w_n = int(w - w_s)
-        step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
-        c = model.c_loop(step)
-        mu = (w_s + w_n) / c
-        if best is None or mu > best.predicted_service_rate:
-            best = MemoryPlan(b, k, int(w_s * v_s), w_s, c, mu)
+        sizes = [min(b, piece_rows(budget, v_r))] if pieces else [b]
+        for rows in sizes:
+            buffers = (1 + prefetch) * rows * (v_r + DISK_ROW_OVERHEAD)
+            left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
+            if left <= 0:
+                continue
+            w_s = int(left / ((k + 1) * (v_p + f * v_s)))
+            if w_s < 1:
+                continue
+            w = w_s / max(1e-6, 1.0 - cache_share)
+            w_n = int(w - w_s)
+            step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
+            c = model.c_loop(step) + 1e-9 * model.k.c_piece * (math.ceil(b / rows) - 1)
+            mu = (w_s + w_n) / c
+            if best is None or mu > best.predicted_service_rate:
+                best = MemoryPlan(b, k, int(w_s * v_s), w_s, c, mu, rows if rows < b else None)
     if best is None:
         raise ConfigError(
             f"memory budget of {budget} bytes cannot hold one master tuple ({v_r:.0f} B) and one "
@@ -240,3 +262,14 @@ def _k_candidates(r_t: int) -> list[int]:
         ks.append(int(k))
         k *= 1.25
     return sorted(set(ks))
+
+
+def piece_rows(budget: int, v_r: float) -> int:
+    """Rows of one piece of a partition read in pieces: ``PIECE_SHARE`` of the budget, at least ``MIN_PIECE_ROWS``.
+
+    A rule, not the cost model's choice: the time a piece costs (``c_piece``, 50-150 us
+    measured, mostly fixed Arrow and kernel-call overhead) is not calibrated, and with
+    noisy calibrations the model traded half the budget for fewer pieces. The floor keeps
+    that overhead below ~2x the probe's own cost per row (43 ns).
+    """
+    return max(MIN_PIECE_ROWS, int(PIECE_SHARE * budget / (v_r + DISK_ROW_OVERHEAD)))

@@ -17,17 +17,20 @@ The inequality uses the bytes each choice really takes: ``n * (v_S + o_S)`` in H
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
 from ssbj.core.interest import interest_test
 from ssbj.core.keys import encode_keys
+from ssbj.core.master import partition_pieces
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.switching import cache_empties
 
@@ -153,17 +156,151 @@ def disk_probe(
 
 
 # ---------------------------------------------------------------- the phase, and expiry
-def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
-    """READ partition p into the disk buffer and probe H_S with it (lines 24-38)."""
+class RefreshRows:
+    """The rows of one partition the cache refresh needs, gathered over its pieces.
+
+    :meth:`Cache.refresh` replaces *all* cached rows read from partition p, so it runs
+    once per partition, after the last piece, with the rows of every piece whose value is
+    cached (with rows, or empty); those rows are copied out of each piece (``take``, few:
+    at most the cached rows of p and the new rows of empty values) so the piece can go.
+    A partition read whole is passed as it is.
+    """
+
+    def __init__(self, whole: bool) -> None:
+        self.whole = whole
+        self.raw: tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.cut: list[tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.n_empty = 0
+        self.refresh = False  # whether the pieces are probed for the refresh (H_R not empty)
+        self.costs = (0.0, 0.0, 0.0)  # tuple, row and entry cost of the cache inequality
+        self.slots: list[np.ndarray] = []  # H_S slots of the pairs, per piece
+        self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
+        self.max_rows = 0  # rows of the largest piece so far
+
+    def rows(
+        self,
+        op: SemiStreamJoin,
+        part: pa.Table,
+        keys: np.ndarray,
+        valid: np.ndarray,
+        rf_row: np.ndarray,
+        rf_slot: np.ndarray,
+        n_empty: int,
+    ) -> np.ndarray | None:
+        """Rows of this piece the refresh needs copied out (None: none, or the piece is kept whole)."""
+        self.n_empty += n_empty
+        if len(rf_row) == 0 and n_empty == 0:
+            return None
+        if self.whole and valid.all():
+            # (with NULL keys the rows are cut: refresh caches every row whose *encoded* key is
+            # cached, and a NULL's encoding is a value too)
+            self.raw = (part, keys, rf_row, rf_slot)
+            return None
+        if not n_empty:
+            return rf_row
+        # rows of values cached empty (new in R): the refresh gives them cached rows
+        e = op.cache.empties
+        return np.concatenate([rf_row, np.flatnonzero(valid & np.isin(keys, e.keys))])
+
+    def keep(
+        self, op: SemiStreamJoin, taken: pa.Table, keys: np.ndarray, rows: np.ndarray, n_rf: int, rf_slot: np.ndarray
+    ) -> None:
+        """Keep the rows :meth:`rows` asked for, ``taken`` out of the piece (the first ``n_rf`` have cached rows)."""
+        op._note_transient(taken.nbytes + 16 * len(rows))
+        self.cut.append((taken, keys[rows], np.arange(n_rf, dtype=np.int64), rf_slot))
+
+    def finish(self, op: SemiStreamJoin, p: int) -> None:
+        """Refresh the cached rows read from p with what every piece read."""
+        if self.raw is not None:
+            part, keys, rf_row, rf_slot = self.raw
+        else:
+            got = self.cut
+            part = pa.concat_tables([g[0] for g in got]) if got else op._master_layout.empty_table()
+            keys = np.concatenate([g[1] for g in got]) if got else np.zeros(0, np.int64)
+            offs = np.cumsum([0] + [g[0].num_rows for g in got])
+            rf_row = np.concatenate([g[2] + o for g, o in zip(got, offs, strict=False)] or [np.zeros(0, np.int64)])
+            rf_slot = np.concatenate([g[3] for g in got] or [np.zeros(0, np.int64)])
+        self.raw, self.cut = None, []
+        if op.cache.refresh(p, part, keys, rf_row, rf_slot, int(self.n_empty), op._rc):
+            op._c.bump("cache_refreshes")
+
+
+def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> tuple[int, float]:
+    """READ partition p (in pieces of ``disk_chunk_rows`` if the master can stream) and probe H_S with it.
+
+    Returns the rows read and the seconds spent waiting for reads. Only one piece is live
+    at a time: the disk buffer is charged the largest piece of the partition. The
+    statistics, s_B, the scan bookkeeping and the matched flags accumulate per piece as
+    they would over the whole partition (H_S and H_R do not change during the disk
+    phase); the cache refresh runs once per partition (:class:`RefreshRows`).
+    """
+    rows = op.spec.disk_chunk_rows
+    whole = rows is None or getattr(op.master, "read_partition_chunks", None) is None
+    pieces = partition_pieces(op.master, p, rows)
+    acc = RefreshRows(whole)
+    # the same for every piece: H_S, H_R and the statistics do not change during the disk phase
+    cache = op.cache
+    acc.refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
+    acc.costs = (op.tuple_cost(), op.row_cost(), op.entry_cost())
+    op._disk_buffer_bytes = 0
+    n = 0
+    waited = 0.0
+    while True:
+        t0 = time.perf_counter()
+        piece = next(pieces, None)
+        waited += time.perf_counter() - t0
+        if piece is None:
+            break
+        part = piece.select(op._mcols)
+        if not part.schema.equals(op._master_layout):
+            part = plain_table(part)
+        n += part.num_rows
+        disk_phase(op, p, part, fsm, pairs, acc)
+    if acc.slots:
+        _pairs(op, acc, pairs)
+    if n and acc.refresh:
+        acc.finish(op, p)
+    return n, waited
+
+
+def _pairs(op: SemiStreamJoin, acc: RefreshRows, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
+    """Append the partition's output pairs, gathering H_S's tuples once for all pieces."""
+    psl = acc.slots[0] if len(acc.slots) == 1 else np.concatenate(acc.slots)
+    m = acc.masters[0] if len(acc.masters) == 1 else pa.concat_tables(acc.masters)
+    acc.slots, acc.masters = [], []
+    s = op.hs.take(psl)
+    ok = op._verified(s, m)
+    if ok is not None:
+        s, m, psl = s.filter(ok), m.filter(ok), psl[ok]
+    if op._verify:
+        op.hs.mark_matched(psl)
+    if len(psl):
+        pairs.append((s, m))
+
+
+def disk_phase(
+    op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]], acc: RefreshRows
+) -> None:
+    """Probe H_S with one piece of partition p held in the disk buffer (lines 24-38)."""
     mk = encode_keys(part.column(0), op._family)
     # int64 keys without NULLs are a view of the partition's own buffer (ssbj.core.keys)
     own = mk.values.flags.owndata or mk.values.base is None
-    op._disk_keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
-    op._disk_buffer_bytes = int(part.nbytes) + op._disk_keys_bytes
+    keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
+    # the largest piece of the partition (a piece's nbytes costs ~16 us: with fixed-width
+    # columns only, bytes grow with rows, so only a piece with more rows can be larger)
+    if part.num_rows > acc.max_rows or not op._master_fixed:
+        acc.max_rows = max(acc.max_rows, part.num_rows)
+        nbytes = int(part.nbytes) + keys_bytes
+        if nbytes >= op._disk_buffer_bytes:
+            op._disk_keys_bytes = keys_bytes
+            op._disk_buffer_bytes = nbytes
     op._disk_buffer_peak = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     if part.num_rows and (op._rc <= 1 or fsm in (1, 2) or op._vr_avg == 0):
         seen = op._c.extra.get("master_rows_measured", 0)
-        mb = float(row_nbytes(part.select(op._proj)).sum())
+        if op._fixed_row_bytes:  # fixed-width columns: every row the same bytes
+            mb = float(op._fixed_row_bytes * part.num_rows)
+        else:
+            mb = float(row_nbytes(part.select(op._proj)).sum())
         op._vr_avg = (op._vr_avg * seen + mb) / (seen + part.num_rows)
         op._c.bump("master_rows_measured", part.num_rows)
     if part.num_rows == 0:
@@ -171,7 +308,8 @@ def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list
     if op._use_cache:
         note_scan(op, mk.values, mk.valid)
     hs, st, cache = op.hs, op.stats.table, op.cache
-    refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
+    refresh = acc.refresh
+    tuple_cost, row_cost, entry_cost = acc.costs
     # tracked since the first step of the incrementing R-cycle (rc - 1) or before
     eligible = 2 * (op._rc - 1) if fsm == 2 else -1
     pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
@@ -189,9 +327,9 @@ def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list
         op._rc,
         eligible,
         op.spec.switch_factor,
-        op.tuple_cost(),
-        op.row_cost(),
-        op.entry_cost(),
+        tuple_cost,
+        row_cost,
+        entry_cost,
         st.keys,
         st.used,
         st.payload,
@@ -204,22 +342,22 @@ def disk_phase(op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list
     op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
     if len(sb):
         op._sb_seq += 1
-        t = part.take(sb)
+        t = take_rows(part, sb)
         op._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), op._sb_seq))
         op._sb_bytes += int(t.nbytes) + 12 * len(sb)
         op._sb_peak = max(op._sb_peak, op._sb_bytes)
-    if len(pm):
-        s = hs.take(psl)
-        m = part.take(pm)
-        ok = op._verified(s, m)
-        if ok is not None:
-            s, m, psl = s.filter(ok), m.filter(ok), psl[ok]
-        if op._verify:
-            hs.mark_matched(psl)
-        if len(psl):
-            pairs.append((s, m))
-    if refresh and cache.refresh(p, part, mk.values, rf_row, rf_slot, int(n_empty), op._rc):
-        op._c.bump("cache_refreshes")
+    rows = acc.rows(op, part, mk.values, mk.valid, rf_row, rf_slot, int(n_empty)) if refresh else None
+    # one take for the pairs' and the refresh's rows (a take costs ~20-60 us whatever its size)
+    if len(pm) and rows is not None:
+        both = take_rows(part, np.concatenate([pm, rows]))
+        acc.slots.append(psl)
+        acc.masters.append(both.slice(0, len(pm)))
+        acc.keep(op, both.slice(len(pm)), mk.values, rows, len(rf_row), rf_slot)
+    elif len(pm):
+        acc.slots.append(psl)
+        acc.masters.append(take_rows(part, pm))
+    elif rows is not None:
+        acc.keep(op, take_rows(part, rows), mk.values, rows, len(rf_row), rf_slot)
 
 
 def note_scan(op: SemiStreamJoin, keys: np.ndarray, valid: np.ndarray) -> None:

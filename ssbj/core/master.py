@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssbj.contracts import PARTITION_COLUMN, MasterScan
+from ssbj.contracts import PARTITION_COLUMN, MasterChunks, MasterScan
 from ssbj.core.arrowtypes import plain_table
 from ssbj.errors import ConfigError
 
-__all__ = ["ArrowMaster", "MasterScan"]
+__all__ = ["ArrowMaster", "MasterChunks", "MasterScan", "partition_pieces"]
 
 
 class ArrowMaster:
@@ -45,6 +47,14 @@ class ArrowMaster:
         """Slice ``p`` of R."""
         return self._table.slice(p * self._b, self._b)
 
+    def read_partition_chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
+        """Slice ``p`` of R in zero-copy pieces of at most ``rows`` rows (:class:`MasterChunks`)."""
+        if rows < 1:
+            raise ConfigError(f"disk chunk rows must be >= 1, got {rows}")
+        part = self.read_partition(p)
+        for i in range(0, part.num_rows, rows):
+            yield part.slice(i, rows)
+
     @property
     def lookup_batch(self) -> int:
         """Keys per lookup call: all of them (an in-memory filter has no round trips)."""
@@ -72,3 +82,15 @@ class ArrowMaster:
     def repartition(self, partition_rows: int) -> ArrowMaster:
         """Return the same table with another b."""
         return ArrowMaster(self._table, partition_rows)
+
+
+def partition_pieces(master: MasterScan, p: int, rows: int | None) -> Iterator[pa.Table]:
+    """Partition ``p`` in pieces of at most ``rows`` rows if the scan can stream it, else whole.
+
+    ``getattr``, not ``isinstance``: a runtime protocol check per step costs more than the piece.
+    """
+    chunks = getattr(master, "read_partition_chunks", None) if rows is not None else None
+    if chunks is None:
+        yield master.read_partition(p)
+        return
+    yield from chunks(p, rows)

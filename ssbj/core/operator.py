@@ -43,7 +43,7 @@ from ssbj.core import diskphase as DP
 from ssbj.core import lookupphase as LP
 from ssbj.core import persist
 from ssbj.core import switching as SW
-from ssbj.core.arrowtypes import plain_schema, plain_table
+from ssbj.core.arrowtypes import plain_schema
 from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel, StepCost
@@ -62,6 +62,14 @@ from ssbj.errors import ConfigError, InputError
 __all__ = ["Algorithm", "JoinSpec", "SemiStreamJoin", "StepResult", "master_output_names"]
 
 FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
+
+
+def _fixed_width(t: pa.DataType) -> bool:
+    """Whether a column of this type takes the same bytes for every row (its nbytes grows with rows alone)."""
+    try:
+        return bool(t.bit_width) and not pa.types.is_dictionary(t)
+    except ValueError:
+        return False
 
 
 class SemiStreamJoin:
@@ -101,6 +109,16 @@ class SemiStreamJoin:
             list(stream_schema) + [pa.field(n, master_schema.field(c).type) for n, c in zip(names, proj, strict=True)]
         )
         self._master_layout = pa.schema([master_schema.field(c) for c in self._mcols])
+        self._master_fixed = all(_fixed_width(f.type) for f in self._master_layout)
+        # v_R of a fixed-width projection, as ssbj.core.rowsize measures it (0: measure rows)
+        self._fixed_row_bytes = (
+            sum(
+                1 if pa.types.is_boolean(t) else max(1, t.bit_width // 8)
+                for t in (master_schema.field(c).type for c in proj)
+            )
+            if self._master_fixed
+            else 0
+        )
         self._use_cache = spec.algorithm == "ssbj"
         key_width = 8 if self._store_key or key_type.bit_width < 8 else key_type.bit_width // 8
         self._key_overhead = 8 if self._store_key else 8 - key_width
@@ -236,12 +254,11 @@ class SemiStreamJoin:
         done = LP.lookup_phase(self, p, pairs, unmatched) if LP.choose_lookup(self) else None
         t3 = time.perf_counter()
         if LP.can_idle(self):
-            part = self._master_layout.empty_table()
+            b_rows = 0
             path = "idle" if done is None else "lookup"
         else:
-            part = plain_table(self.master.read_partition(p).select(self._mcols))
-            t3 = time.perf_counter()
-            DP.disk_phase(self, p, part, fsm, pairs)
+            b_rows, waited = DP.scan_partition(self, p, fsm, pairs)
+            t3 += waited
             if self.spec.memory_budget is not None and self._rc == 1 and p == 0:
                 B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
             DP.expire(self, p, unmatched)
@@ -257,9 +274,7 @@ class SemiStreamJoin:
         self._c.steps += 1
         self._step += 1
         t4 = time.perf_counter()
-        metrics = self._metrics(
-            p, fsm, w_n, w_s, w_null, part.num_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3
-        )
+        metrics = self._metrics(p, fsm, w_n, w_s, w_null, b_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3)
         if self._c.served_lookup or path != "scan":
             metrics = LP.with_lookup(metrics, path, done, self._c.served_lookup)
         self._c.busy_seconds += time.perf_counter() - t0

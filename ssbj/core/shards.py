@@ -19,6 +19,7 @@ No Spark, database or Kafka here.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -237,6 +238,10 @@ class ShardedArrowMaster:
     def read_partition(self, p: int) -> pa.Table:
         """Partition ``p`` of the share."""
         return self._inner.read_partition(p)
+
+    def read_partition_chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
+        """Partition ``p`` of the share in pieces of at most ``rows`` rows."""
+        return self._inner.read_partition_chunks(p, rows)
 
     def repartition(self, partition_rows: int) -> ArrowMaster:
         """Return the share as a plain ArrowMaster of ``partition_rows`` rows per partition."""

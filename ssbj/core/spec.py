@@ -61,6 +61,11 @@ class JoinSpec:
     (:class:`ssbj.contracts.MasterLookup`), ``auto`` lets the cost model finish the
     tuples of H_S by a lookup of their keys instead of scanning on, step by step;
     ``always`` does so at every step (for tests); ``off`` only scans.
+
+    ``disk_chunk_rows``: the disk phase reads and probes each partition in pieces of at
+    most this many rows, so the disk buffer holds one piece, not b rows, when the master
+    can stream its partitions (:class:`ssbj.contracts.MasterChunks`); a master that
+    cannot is read (and charged) whole. ``None``: whole partitions.
     """
 
     stream_key: str
@@ -77,6 +82,7 @@ class JoinSpec:
     refresh_cache: bool = True
     hybrid: Hybrid = "off"
     r_filter: RFilterMode = "auto"
+    disk_chunk_rows: int | None = None
 
     def __post_init__(self) -> None:
         if self.r_filter not in ("off", "auto", "always"):
@@ -91,6 +97,8 @@ class JoinSpec:
             raise ConfigError(f"eviction_interval must be >= 1, got {self.eviction_interval}")
         if self.chunk_bytes < 1 or self.max_step_tuples < 1:
             raise ConfigError("chunk_bytes and max_step_tuples must be >= 1")
+        if self.disk_chunk_rows is not None and self.disk_chunk_rows < 1:
+            raise ConfigError(f"disk_chunk_rows must be >= 1, got {self.disk_chunk_rows}")
         if self.memory_budget is not None and self.memory_budget < 1:
             raise ConfigError(f"memory_budget must be >= 1 byte, got {self.memory_budget}")
 
