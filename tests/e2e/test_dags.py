@@ -7,10 +7,8 @@ checks the run with the quality suite and publishes it; a corrupted delivery is 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import yaml
 from pipeline_reference import expected_join
 
 from ssbj.pipeline.quickstart import write_demo
+from ssbj.testing.airflow import airflow_home, run_airflow
 from ssbj.testing.mariadb import DATABASE, PASSWORD, USER, MariaDBServer
 
 pytestmark = pytest.mark.slow  # spark-submit / ssbj run subprocesses: 20-60 s each
@@ -28,33 +27,21 @@ pytest.importorskip("airflow")
 pytest.importorskip("great_expectations")
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
 
 def _airflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    return run_airflow(env, *args, cwd=REPO)
 
 
 @pytest.fixture()
 def airflow_env(tmp_path: Path, mariadb: MariaDBServer) -> dict[str, str]:
-    home = tmp_path / "airflow"
-    home.mkdir()
-    env = dict(os.environ)
-    env.update(
+    env = airflow_home(
+        tmp_path / "airflow",
+        REPO / "dags",
         {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW_CONN_SSBJ_WAREHOUSE": f"mysql://{USER}:{PASSWORD}@127.0.0.1:{mariadb.port}/{DATABASE}",
-            "AIRFLOW_CONN_SSBJ_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PYSPARK_PYTHON": sys.executable,
-            "SSBJ_PYTHON": sys.executable,
-        }
+        },
     )
-    res = _airflow(env, "db", "migrate")
-    assert res.returncode == 0, res.stderr[-3000:]
     return env
 
 

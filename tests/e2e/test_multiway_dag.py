@@ -6,10 +6,7 @@ landing files in, Spark local mode; the published rows equal DuckDB's answer to 
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +17,7 @@ import yaml
 from multiway_pipeline_data import COLUMNS, duckdb_answer, job, load_masters, masters, stream, write_landing
 
 from ssbj.config import load_any_config
+from ssbj.testing.airflow import airflow_home, run_airflow
 from ssbj.testing.mariadb import DATABASE, PASSWORD, USER, MariaDBServer
 
 pytestmark = pytest.mark.slow  # spark-submit under Airflow: 30-60 s per DAG run
@@ -28,12 +26,11 @@ pytest.importorskip("airflow")
 pytest.importorskip("great_expectations")
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 TABLES = ("orders_3way", "orders_3way_published", "orders_3way_quarantine", "orders_3way_dead", "ssbj_audit")
 
 
 def _airflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    return run_airflow(env, *args, cwd=REPO)
 
 
 def test_multiway_dag_publishes_a_clean_run_and_quarantines_a_bad_one(tmp_path: Path, mariadb: MariaDBServer) -> None:
@@ -57,25 +54,14 @@ def test_multiway_dag_publishes_a_clean_run_and_quarantines_a_bad_one(tmp_path: 
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     load_any_config(path)
-    home = tmp_path / "airflow"
-    home.mkdir()
-    env = dict(os.environ)
-    env.update(
+    env = airflow_home(
+        tmp_path / "airflow",
+        REPO / "dags",
         {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW_CONN_SSBJ_WAREHOUSE": f"mysql://{USER}:{PASSWORD}@127.0.0.1:{mariadb.port}/{DATABASE}",
-            "AIRFLOW_CONN_SSBJ_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PYSPARK_PYTHON": sys.executable,
-            "SSBJ_PYTHON": sys.executable,
             "SSBJ_MULTIWAY_JOBS": str(path),
-        }
+        },
     )
-    res = _airflow(env, "db", "migrate")
-    assert res.returncode == 0, res.stderr[-3000:]
 
     res = _airflow(env, "dags", "test", "ssbj_multiway_enrich", "2026-11-01T01:00:00+00:00")
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-3000:]
@@ -127,25 +113,14 @@ def test_multiway_dag_runs_a_two_stream_job(tmp_path: Path, mariadb: MariaDBServ
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     load_any_config(path)
-    home = tmp_path / "airflow"
-    home.mkdir()
-    env = dict(os.environ)
-    env.update(
+    env = airflow_home(
+        tmp_path / "airflow",
+        REPO / "dags",
         {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW_CONN_SSBJ_WAREHOUSE": f"mysql://{USER}:{PASSWORD}@127.0.0.1:{mariadb.port}/{DATABASE}",
-            "AIRFLOW_CONN_SSBJ_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PYSPARK_PYTHON": sys.executable,
-            "SSBJ_PYTHON": sys.executable,
             "SSBJ_MULTIWAY_JOBS": str(path),
-        }
+        },
     )
-    res = _airflow(env, "db", "migrate")
-    assert res.returncode == 0, res.stderr[-3000:]
     res = _airflow(env, "dags", "test", "ssbj_multiway_enrich", "2026-11-01T01:00:00+00:00")
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-3000:]
     expected = twostream_data.duckdb_answer(data, customer, twostream_data.late_ids(data))

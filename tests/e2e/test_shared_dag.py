@@ -5,17 +5,15 @@ SQLite Airflow metadata, SQLite master and warehouse, Spark local mode: no other
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from multijob_cases import expected, job_config, land, write_masters
+
+from ssbj.testing.airflow import airflow_home, run_airflow
 
 pytestmark = pytest.mark.slow  # airflow db migrate + spark-submit: a minute or more
 
@@ -23,11 +21,10 @@ pytest.importorskip("airflow")
 pytest.importorskip("great_expectations")
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
 
 def _airflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
+    return run_airflow(env, *args, cwd=REPO)
 
 
 def _job_file(root: Path, name: str) -> Path:
@@ -49,25 +46,14 @@ def test_shared_dag_runs_two_jobs_in_one_application_and_publishes_each(tmp_path
     orders = [land(tmp_path, "orders", f, 150) for f in range(3)]
     clicks = [land(tmp_path, "clicks", f, 100) for f in range(2)]
     files = [_job_file(tmp_path, n) for n in "ac"]
-    home = tmp_path / "airflow"
-    home.mkdir()
-    env: dict[str, Any] = dict(os.environ)
-    env.update(
+    env = airflow_home(
+        tmp_path / "airflow",
+        REPO / "dags",
         {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-            "AIRFLOW_CONN_SSBJ_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PYSPARK_PYTHON": sys.executable,
-            "SSBJ_PYTHON": sys.executable,
             "SSBJ_SHARED_JOBS": ":".join(str(f) for f in files),
             "SSBJ_SHARED_CHECKPOINT": str(tmp_path / "app"),
-        }
+        },
     )
-    res = _airflow(env, "db", "migrate")
-    assert res.returncode == 0, res.stderr[-3000:]
     res = _airflow(env, "dags", "test", "ssbj_shared_enrich", "2026-11-01T01:00:00+00:00")
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-3000:]
     with sqlite3.connect(tmp_path / "wh.db") as db:
