@@ -149,7 +149,7 @@ def summarize(exps: dict[str, Json]) -> Json:
         for pt in points:
             x = pt[xkey]
             if "error" in pt:
-                rows.append([name, label.format(x=fmt.format(x)), "-", "-", "-", "error: " + pt["error"][:60]])
+                rows.append([name, label.format(x=fmt.format(x)), "-", "-", "-", "error: " + pt["error"][:160]])
                 continue
             rows.append(
                 [
@@ -249,7 +249,7 @@ def summarize(exps: dict[str, Json]) -> Json:
         for pt in exps["bound"]["points"]:
             setting = f"skew {pt['skew']:g} {'drift' if pt['drifting'] else 'stat.'} {pt['memory_fraction']:.0%}"
             if "error" in pt:
-                rows.append(["bound", setting, "-", "-", "-", "error: " + pt["error"][:60]])
+                rows.append(["bound", setting, "-", "-", "-", "error: " + pt["error"][:160]])
                 continue
             eff = pt.get("efficiency")
             rows.append(

@@ -91,6 +91,13 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
     dist = key_distribution(sample, ref.master.column(ref.master_key).to_numpy())
     bound = memory_optimal_bound(dist, budget, ds.v_s, ds.v_r)
     pt = bench.pair(ds, budget, pieces=PIECES)
+    s0 = pt.get("ssbj") or {}
+    if "error" not in pt and s0.get("measured_steps") == 0:
+        # everything cached: SSBJ can serve the whole generated stream while warming up
+        pt["error"] = (
+            f"the stream ({bench.p.max_stream_rows:,} tuples) was used up in SSBJ's warm-up "
+            f"({s0.get('warm_cycles')} R-cycles in {s0.get('warm_seconds', 0.0):.1f} s): nothing left to measure"
+        )
     out: Json = {"memory_fraction": frac, "budget": budget, "bound": bound.to_dict(), **pt}
     if "error" in pt:
         return out
