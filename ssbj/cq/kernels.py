@@ -150,6 +150,68 @@ def _emit(
 
 
 @njit(cache=True)
+def _propagate(
+    x: int,
+    sign: int,
+    stack: np.ndarray,
+    hk: np.ndarray,
+    t_node: np.ndarray,
+    t_pk: np.ndarray,
+    t_fk: np.ndarray,
+    t_s: np.ndarray,
+    t_live: np.ndarray,
+    t_next: np.ndarray,
+    t_val: np.ndarray,
+    t_valn: np.ndarray,
+    meta: tuple,  # type: ignore[type-arg]
+    out: tuple,  # type: ignore[type-arg]
+) -> tuple:  # type: ignore[type-arg]  # pragma: no cover - compiled
+    """Bottom-up propagation from slot ``x``, which just turned live (sign 1: Insert-Update) or not (-1: Delete-Update).
+
+    A parent turns live when its last child count arrives and stops being live with its
+    first lost child; a root that turns emits its join result with ``sign``. Returns the
+    (possibly grown) stack and ΔQ.
+    """
+    (node_nc, node_parent, node_ppos, node_child, _, _, _, _, _, _, _, _) = meta
+    nn = node_nc.shape[0]
+    maxc = node_child.shape[1]
+    stack[0] = x
+    sp = 1
+    while sp:
+        sp -= 1
+        z = stack[sp]
+        b = t_node[z]
+        p = node_parent[b]
+        if p < 0:
+            out = _emit(z, sign, hk, t_fk, t_val, t_valn, meta, out)
+            continue
+        pos = node_ppos[b]
+        w = h_get(hk, nn + p * maxc + pos, t_pk[z])
+        while w >= 0:
+            turns = False
+            if sign > 0:
+                t_s[w] += 1
+                if t_s[w] == node_nc[p]:
+                    t_live[w] = 1
+                    turns = True
+            elif t_live[w]:
+                t_live[w] = 0
+                t_s[w] = node_nc[p] - 1
+                turns = True
+            else:
+                t_s[w] -= 1
+            if turns:
+                if sp == stack.shape[0]:
+                    st2 = np.empty(2 * sp, np.int64)
+                    st2[:sp] = stack
+                    stack = st2
+                stack[sp] = w
+                sp += 1
+            w = t_next[w, pos]
+    return stack, out
+
+
+@njit(cache=True)
 def apply_changes(
     c_row: np.ndarray,  # global row of each change, in _seq order
     c_stale: np.ndarray,
@@ -184,7 +246,7 @@ def apply_changes(
     The hash doubles whenever a change could take it past ``max_load``; the tuple slots
     must have room for the batch's inserts (the caller reserves them).
     """
-    (node_nc, node_parent, node_ppos, node_child, node_vw, node_ns, _, _, _, _, _, rel_nodes) = meta
+    (node_nc, _, _, node_child, node_vw, node_ns, _, _, _, _, _, rel_nodes) = meta
     rel_ptag = rel_nodes[:, 0]  # presence tag, or -1: the relation's single alias holds presence
     n_aliases = rel_nodes[:, 1]
     nn = node_nc.shape[0]
@@ -258,31 +320,10 @@ def apply_changes(
                 t_live[x] = 0
                 if s < nc:
                     continue
-                # Insert-Update, bottom-up with a stack
                 t_live[x] = 1
-                stack[0] = x
-                sp = 1
-                while sp:
-                    sp -= 1
-                    z = stack[sp]
-                    b = t_node[z]
-                    p = node_parent[b]
-                    if p < 0:
-                        out = _emit(z, 1, hk, t_fk, t_val, t_valn, meta, out)
-                        continue
-                    pos = node_ppos[b]
-                    w = h_get(hk, nn + p * maxc + pos, t_pk[z])
-                    while w >= 0:
-                        t_s[w] += 1
-                        if t_s[w] == node_nc[p]:
-                            t_live[w] = 1
-                            if sp == stack.shape[0]:
-                                st2 = np.empty(2 * sp, np.int64)
-                                st2[:sp] = stack
-                                stack = st2
-                            stack[sp] = w
-                            sp += 1
-                        w = t_next[w, pos]
+                stack, out = _propagate(
+                    x, 1, stack, hk, t_node, t_pk, t_fk, t_s, t_live, t_next, t_val, t_valn, meta, out
+                )
         else:
             if hp < 0:
                 status[k] = ABSENT
@@ -298,33 +339,11 @@ def apply_changes(
                 if x < 0:  # present, not selected
                     h_del(hk, cnt, hs)
                     continue
-                if t_live[x]:  # Delete-Update, bottom-up with a stack
+                if t_live[x]:
                     t_live[x] = 0
-                    stack[0] = x
-                    sp = 1
-                    while sp:
-                        sp -= 1
-                        z = stack[sp]
-                        b = t_node[z]
-                        p = node_parent[b]
-                        if p < 0:
-                            out = _emit(z, -1, hk, t_fk, t_val, t_valn, meta, out)
-                            continue
-                        pos = node_ppos[b]
-                        w = h_get(hk, nn + p * maxc + pos, t_pk[z])
-                        while w >= 0:
-                            if t_live[w]:
-                                t_live[w] = 0
-                                t_s[w] = node_nc[p] - 1
-                                if sp == stack.shape[0]:
-                                    st2 = np.empty(2 * sp, np.int64)
-                                    st2[:sp] = stack
-                                    stack = st2
-                                stack[sp] = w
-                                sp += 1
-                            else:
-                                t_s[w] -= 1
-                            w = t_next[w, pos]
+                    stack, out = _propagate(
+                        x, -1, stack, hk, t_node, t_pk, t_fk, t_s, t_live, t_next, t_val, t_valn, meta, out
+                    )
                 # unlink from the child indexes, then free the slot
                 hs = h_find(hk, a, pk)  # the propagation moved no entry, but stay safe
                 h_del(hk, cnt, hs)
