@@ -25,14 +25,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from ssbj.config import DatabaseSink, MultiWayJobConfig, ParquetSink
+from ssbj.config import MultiWayJobConfig, ParquetSink
 from ssbj.contracts import RunCounts, TableName
 from ssbj.credentials import engine
 from ssbj.errors import ConfigError
-from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
 from ssbj.pipeline.factory import check_kafka_source
 from ssbj.pipeline.multiway_masters import JobQuery
-from ssbj.pipeline.quality import CheckResult, Expectation, _reconcile, _store, validate_table
+from ssbj.pipeline.quality import CheckResult, Expectation, declared_expectations, run_checks
 from ssbj.sql.cli import describe
 
 log = logging.getLogger("ssbj.quality")
@@ -77,68 +76,15 @@ def build_multiway_suite(
             continue
         seen.add(o.name)
         out.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": o.name}, why))
-    q = cfg.quality
-    for c in q.not_null:
-        if c not in columns:
-            raise ConfigError(f"quality.not_null: {c!r} is not an output column ({', '.join(columns)})")
-        if c not in seen:
-            out.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "declared in quality.not_null"))
-    for c, r in q.ranges.items():
-        if c not in columns:
-            raise ConfigError(f"quality.ranges: {c!r} is not an output column ({', '.join(columns)})")
-        out.append(
-            Expectation(
-                "ExpectColumnValuesToBeBetween",
-                {"column": c, "min_value": r.min, "max_value": r.max},
-                "declared in quality.ranges",
-            )
-        )
-    out.append(
-        Expectation(
-            "ExpectTableRowCountToEqual",
-            {"value": counts.output_rows},
-            "the warehouse holds every output row the run produced, once",
-        )
-    )
-    if q.source_id is not None:
-        if q.source_id not in columns:
-            raise ConfigError(f"quality.source_id: {q.source_id!r} is not an output column ({', '.join(columns)})")
-        # with two streams the audit's output source rows count both streams' records: no per-stream figure
-        if counts.waiting == 0 and spec.window is None:
-            n = counts.matched_source_rows
-            out.append(
-                Expectation(
-                    "ExpectColumnUniqueValueCountToBeBetween",
-                    {"column": q.source_id, "min_value": n, "max_value": n},
-                    "distinct source records in the output = output source rows in the audit",
-                )
-            )
-    return out
+    # with two streams the audit's output source rows count both streams' records: no per-stream figure
+    source_rows = counts.matched_source_rows if counts.waiting == 0 and spec.window is None else None
+    return out + declared_expectations(cfg.quality, columns, counts, source_rows, seen)
 
 
 def check_multiway_run(cfg: MultiWayJobConfig, run_id: str) -> CheckResult:
     """Run the suite on the warehouse rows of ``run_id``; store the result; update the audit row."""
-    if not isinstance(cfg.sink, DatabaseSink):
-        raise ConfigError("the quality gate needs a sink of kind database")
-    wh = Warehouse(cfg)
-    row = wh.run(run_id)
-    rng = RunRange((row["from_batch_id"], row["from_segment"]), (row["to_batch_id"], row["to_segment"]))
-    enriched = wh.enriched()
-    columns = [c.name for c in enriched.columns]
-    expectations = build_multiway_suite(cfg, JobQuery(cfg), columns, audit_counts(row))
-    query = str(
-        sa.select(enriched)
-        .where(rng.predicate(enriched))
-        .compile(dialect=wh.engine.dialect, compile_kwargs={"literal_binds": True})
-    )  # literals are the run's integer batch ids and segments only
-    checks, failing = validate_table(wh.engine, query, expectations, cfg.name)
-    checks.append(_reconcile(cfg, wh, row, rng))
-    success = all(c["success"] for c in checks)
-    result = CheckResult(cfg.name, run_id, success, failing, checks)
-    _store(cfg, result)
-    wh.set_status(run_id, "checked" if success else "failed", failing, {"checks": checks})
-    log.info(result.summary())
-    return result
+    query = JobQuery(cfg)
+    return run_checks(cfg, run_id, lambda columns, counts: build_multiway_suite(cfg, query, columns, counts))
 
 
 def validate_multiway_job(cfg: MultiWayJobConfig) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ssbj import credentials
-from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig
+from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig, Quality
 from ssbj.contracts import RunCounts, TableName
 from ssbj.errors import ConfigError, StateError
 from ssbj.pipeline.audit import RunRange, Warehouse, audit_counts
@@ -65,7 +66,6 @@ class CheckResult:
 
 def build_suite(cfg: JobConfig, columns: list[str], master_not_null: list[str], counts: RunCounts) -> list[Expectation]:
     """Return the expectations for a run with audit ``counts``, on a table with ``columns``."""
-    q = cfg.quality
     out: list[Expectation] = []
     if cfg.join.type == "inner":  # a left join keeps NULL-key rows, NULL-padded
         out.append(
@@ -79,10 +79,23 @@ def build_suite(cfg: JobConfig, columns: list[str], master_not_null: list[str], 
             out.append(
                 Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "master column NOT NULL in R, inner join")
             )
+    source_rows = counts.matched_source_rows if cfg.join.type == "inner" else None
+    return out + declared_expectations(cfg.quality, columns, counts, source_rows, {e.kwargs["column"] for e in out})
+
+
+def declared_expectations(
+    q: Quality, columns: list[str], counts: RunCounts, source_rows: int | None, not_null_already: set[str]
+) -> list[Expectation]:
+    """Return the job file's expectations, the row count and (with ``source_rows``) the distinct source ids.
+
+    ``source_rows`` is None where the audit has no per-record figure to compare with.
+    """
+    out: list[Expectation] = []
     for c in q.not_null:
         if c not in columns:
             raise ConfigError(f"quality.not_null: {c!r} is not an output column ({', '.join(columns)})")
-        out.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "declared in quality.not_null"))
+        if c not in not_null_already:
+            out.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": c}, "declared in quality.not_null"))
     for c, r in q.ranges.items():
         if c not in columns:
             raise ConfigError(f"quality.ranges: {c!r} is not an output column ({', '.join(columns)})")
@@ -97,18 +110,20 @@ def build_suite(cfg: JobConfig, columns: list[str], master_not_null: list[str], 
         Expectation(
             "ExpectTableRowCountToEqual",
             {"value": counts.output_rows},
-            "the warehouse holds every enriched row the run produced, once",
+            "the warehouse holds every output row the run produced, once",
         )
     )
-    if q.source_id is not None and cfg.join.type == "inner":
-        n = counts.matched_source_rows
-        out.append(
-            Expectation(
-                "ExpectColumnUniqueValueCountToBeBetween",
-                {"column": q.source_id, "min_value": n, "max_value": n},
-                "distinct source records enriched = enriched source rows in the audit",
+    if q.source_id is not None:
+        if q.source_id not in columns:
+            raise ConfigError(f"quality.source_id: {q.source_id!r} is not an output column ({', '.join(columns)})")
+        if source_rows is not None:
+            out.append(
+                Expectation(
+                    "ExpectColumnUniqueValueCountToBeBetween",
+                    {"column": q.source_id, "min_value": source_rows, "max_value": source_rows},
+                    "distinct source records in the output = output source rows in the audit",
+                )
             )
-        )
     return out
 
 
@@ -209,18 +224,32 @@ def _master_not_null(cfg: JobConfig) -> list[str]:
 
 def check_run(cfg: JobConfig, run_id: str, engine: sa.Engine | None = None) -> CheckResult:
     """Run the suite on the warehouse rows of ``run_id``; store the result; update the audit row."""
+    not_null = _master_not_null(cfg)
+    return run_checks(cfg, run_id, lambda columns, counts: build_suite(cfg, columns, not_null, counts), engine)
+
+
+def run_checks(
+    cfg: AnyJobConfig,
+    run_id: str,
+    suite: Callable[[list[str], RunCounts], list[Expectation]],
+    engine: sa.Engine | None = None,
+) -> CheckResult:
+    """Validate ``suite(columns, counts)`` on the warehouse rows of ``run_id`` and reconcile the counts.
+
+    Stores the result and updates the audit row: every job kind's ``ssbj check``.
+    """
+    if not isinstance(cfg.sink, DatabaseSink):
+        raise ConfigError("the quality gate needs a sink of kind database")
     wh = Warehouse(cfg, engine)
     row = wh.run(run_id)
     rng = RunRange((row["from_batch_id"], row["from_segment"]), (row["to_batch_id"], row["to_segment"]))
     enriched = wh.enriched()
-    columns = [c.name for c in enriched.columns]
-    expectations = build_suite(cfg, columns, _master_not_null(cfg), audit_counts(row))
+    expectations = suite([c.name for c in enriched.columns], audit_counts(row))
     query = str(
         sa.select(enriched)
         .where(rng.predicate(enriched))
         .compile(dialect=wh.engine.dialect, compile_kwargs={"literal_binds": True})
     )  # literals are the run's integer batch ids and segments only
-    assert isinstance(cfg.sink, DatabaseSink)  # noqa: S101
     checks, failing = validate_table(wh.engine, query, expectations, cfg.name)
     checks.append(_reconcile(cfg, wh, row, rng))
     success = all(c["success"] for c in checks)
