@@ -1,16 +1,9 @@
 """A multi-way job, one micro-batch at a time: decode, join, write idempotently, checkpoint.
 
-The same three rules as the single-table processor (:mod:`ssbj.pipeline.processor`) give
-exactly once:
-
-1. the sink replaces everything written under (batch id, segment);
-2. the operator's state (:class:`MultiWayJoin`: waiting chunks, caches, statistics, probe
-   orders, the source-row ledger) is checkpointed after the sink write, under the batch
-   id, with the master plan (held or scanned, the scans' layouts) and the pipeline's
-   counters in the same manifest;
-3. a batch id not newer than the last checkpoint is a replay: the state rolls back to
-   the checkpoint before it. Drains (idle, or the end of an ``available-now`` run) are
-   segments 1, 2, ... of the last batch and run only once Spark has committed it.
+The exactly-once rules and the order of the work are :mod:`ssbj.pipeline.lifecycle`'s;
+the state checkpointed is :class:`MultiWayJoin`'s (waiting chunks, caches, statistics,
+probe orders, the source-row ledger) with the master plan (held or scanned, the scans'
+layouts) in the same manifest.
 
 Counts (what the audit row and ``ssbj run``'s summary reconcile), per source record:
 ``records in = output source rows + dropped + waiting + dead letters``, where an *output*
@@ -32,9 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,12 +39,10 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.multiway import MemoryStore, MultiWayJoin, WaitingStore
 from ssbj.core.multiway.lineage import SOURCE_COLUMN
 from ssbj.errors import StateError
-from ssbj.logs import fields
-from ssbj.pipeline import faults
 from ssbj.pipeline.factory import build_sink
+from ssbj.pipeline.lifecycle import Joined, JoinProcessor
 from ssbj.pipeline.multiway_masters import JobQuery, MasterPlan
 from ssbj.pipeline.records import Decoded
-from ssbj.pipeline.replay import rollback_before
 
 log = logging.getLogger("ssbj.progress")
 
@@ -78,7 +66,7 @@ class MultiWayTotals:
         s["decode_dead_letters"] += dead
 
 
-class MultiWayProcessor:
+class MultiWayProcessor(JoinProcessor[Decoded | dict[str, Decoded]]):
     """Drives :class:`MultiWayJoin` one micro-batch at a time, with idempotent sinks."""
 
     def __init__(
@@ -88,21 +76,13 @@ class MultiWayProcessor:
         dead_letters: WarehouseSink,
         store: DirectoryStore,
     ) -> None:
+        super().__init__(sink, dead_letters, store)
         self.query = query
         self.cfg = query.cfg
-        self.sink = sink
-        self.dead_letter_sink = dead_letters
-        self.store = store
-        self.lock = threading.RLock()
         self.op: MultiWayJoin | None = None
         self.plan: MasterPlan | None = None
         self._masters: tuple[str, dict[str, pa.Table | MasterScan]] | None = None
-        self.last_batch: int | None = None
-        self.segment = 0
         self.totals = MultiWayTotals()
-        self.last_progress: dict[str, Any] = {}
-        self._prepared = False
-        self._last_batch_end = time.time()
         self._feeding: tuple[str, int, Decoded] | None = None  # (alias, first source id, rows) of the batch running
         self._late: list[pa.Table] = []  # dead letters of late rows found in the batch running
 
@@ -129,18 +109,11 @@ class MultiWayProcessor:
     def _hold(self, plan: MasterPlan) -> dict[str, bool]:
         return {m.alias: plan.held[m.table] for m in self.query.spec.masters}
 
-    def open(self) -> None:
-        """Restore the newest checkpoint, or start fresh (planning the masters)."""
-        with self.lock:
-            latest = self.store.latest()
-            if latest is None:
-                self._fresh()
-            else:
-                self._restore(latest)
-            if not self._prepared:
-                self.sink.prepare(self.query.output_schema)
-                self.dead_letter_sink.prepare(DEAD_LETTER_SCHEMA)
-                self._prepared = True
+    def _live(self) -> bool:
+        return self.op is not None
+
+    def _output_schema(self) -> pa.Schema:
+        return self.query.output_schema
 
     def _close_op(self) -> None:
         if self.op is not None:
@@ -174,30 +147,17 @@ class MultiWayProcessor:
         self.segment = int(meta["segment"])
         self.totals = MultiWayTotals(**meta["totals"])
 
-    def _rollback_before(self, batch_id: int) -> None:
-        rollback_before(self.store, batch_id, self._restore, self._fresh, log)
+    def _manifest(self) -> dict[str, Any]:
+        assert self.plan is not None  # noqa: S101
+        return {"masters": self.plan.to_dict(), "totals": asdict(self.totals)}
 
-    def _checkpoint(self, batch_id: int, segment: int) -> None:
-        assert self.op is not None and self.plan is not None  # noqa: S101
-        meta = {
-            "batch_id": batch_id,
-            "segment": segment,
-            "masters": self.plan.to_dict(),
-            "totals": asdict(self.totals),
-            "counts": self.counts().to_dict(),
-        }
-        self.op.checkpoint(faults.store_for(self.store, batch_id), batch_id, meta)
-        self.last_batch, self.segment = batch_id, segment
+    def _save(self, store: DirectoryStore, batch_id: int, meta: dict[str, Any]) -> None:
+        assert self.op is not None  # noqa: S101
+        self.op.checkpoint(store, batch_id, meta)
 
-    def reset(self) -> None:
-        """Forget the in-memory state: the next batch reloads the newest checkpoint (after a failed batch)."""
-        with self.lock:
-            self._close_op()
-            self._masters = None  # an outage may have cut the held masters' read short: read them again
-
-    def position(self) -> tuple[int, int]:
-        """(batch id, segment) of the newest checkpoint; (-1, 0) before the first batch."""
-        return (self.last_batch if self.last_batch is not None else -1, self.segment)
+    def _forget(self) -> None:
+        self._close_op()
+        self._masters = None  # an outage may have cut the held masters' read short: read them again
 
     # ------------------------------------------------------------------ batches
     def _steps(self, rows: pa.Table) -> list[pa.Table]:
@@ -265,141 +225,80 @@ class MultiWayProcessor:
         tables = [t.cast(schema) for t in parts if t.num_rows]
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
-    def process(self, batch_id: int, decode: Callable[[], Decoded]) -> dict[str, Any]:
-        """Process micro-batch ``batch_id``, whose records ``decode`` returns."""
-        with self.lock:
-            t0 = time.perf_counter()
-            if self.op is None:
-                self.open()
-            if self.last_batch is not None and batch_id <= self.last_batch:
-                self._rollback_before(batch_id)
-            op = self.op
-            assert op is not None  # noqa: S101
-            got = decode()
-            batches = got if isinstance(got, dict) else {op.spec.stream: got}
-            faults.crash_point("after-decode", batch_id)
-            records = sum(d.rows.num_rows + d.dead.num_rows for d in batches.values())
-            t1 = time.perf_counter()
-            self._late = []
-            parts = self._feed(batches)
-            t2 = time.perf_counter()
-            out = self._output(parts)
-            dead = pa.concat_tables([*(d.dead for d in batches.values()), *self._late])
-            self.sink.write(batch_id, 0, out)
-            self.dead_letter_sink.write(batch_id, 0, dead)
-            faults.crash_point("after-sink", batch_id)
-            t3 = time.perf_counter()
-            self.totals.records_in += records
-            self.totals.decoded_rows += sum(d.rows.num_rows for d in batches.values())
-            self.totals.dead_letters += dead.num_rows
-            self.totals.output_rows += out.num_rows
-            if op.window is not None:
-                for alias, d in batches.items():
-                    self.totals.add_stream(alias, d.rows.num_rows + d.dead.num_rows, d.dead.num_rows)
-            decoded = Decoded(
-                pa.concat_tables([d.rows for d in batches.values()], promote_options="permissive")
-                if len(batches) > 1
-                else next(iter(batches.values())).rows,
-                dead,
-            )
-            self.totals.batches += 1
-            self._checkpoint(batch_id, 0)
-            faults.crash_point("after-checkpoint", batch_id)
-            t4 = time.perf_counter()
-            seconds = {"decode": t1 - t0, "join": t2 - t1, "write": t3 - t2, "checkpoint": t4 - t3}
-            return self._report("batch", batch_id, 0, records, decoded, len(parts), out, seconds)
-
-    def drain(self, is_committed: Callable[[int], bool]) -> dict[str, Any] | None:
-        """Finish every waiting row as a new segment of the last committed batch."""
-        with self.lock:
-            if self.op is None:
-                self.open()
-            op = self.op
-            assert op is not None  # noqa: S101
-            if self.last_batch is None or op.waiting_rows == 0 or not is_committed(self.last_batch):
-                return None
-            t0 = time.perf_counter()
-            # rows kept for a window join stay kept: the streams go on (next run); only the scans finish
-            parts = list(op.drain(release_window=False))
-            t1 = time.perf_counter()
-            out = self._output(parts)
-            segment = self.segment + 1
-            self.sink.write(self.last_batch, segment, out)
-            t2 = time.perf_counter()
-            self.totals.output_rows += out.num_rows
-            self._checkpoint(self.last_batch, segment)
-            t3 = time.perf_counter()
-            empty = Decoded(self.cfg.stream_schema.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
-            seconds = {"join": t1 - t0, "write": t2 - t1, "checkpoint": t3 - t2}
-            return self._report("drain", self.last_batch, segment, 0, empty, len(parts), out, seconds)
-
-    # ------------------------------------------------------------------ reporting
-    def _report(
-        self,
-        event: str,
-        batch_id: int,
-        segment: int,
-        records: int,
-        decoded: Decoded,
-        steps: int,
-        out: pa.Table,
-        seconds: dict[str, float],
-    ) -> dict[str, Any]:
+    def _join(self, got: Decoded | dict[str, Decoded]) -> Joined:
         op = self.op
         assert op is not None  # noqa: S101
-        now = time.time()
-        wall = max(now - self._last_batch_end, 1e-9)
-        self._last_batch_end = now
+        batches = got if isinstance(got, dict) else {op.spec.stream: got}
+        records = sum(d.rows.num_rows + d.dead.num_rows for d in batches.values())
+        self._late = []
+        parts = self._feed(batches)
+        out = self._output(parts)
+        dead = pa.concat_tables([*(d.dead for d in batches.values()), *self._late])
+        if op.window is not None:
+            for alias, d in batches.items():
+                self.totals.add_stream(alias, d.rows.num_rows + d.dead.num_rows, d.dead.num_rows)
+        rows = (
+            pa.concat_tables([d.rows for d in batches.values()], promote_options="permissive")
+            if len(batches) > 1
+            else next(iter(batches.values())).rows
+        )
+        return Joined(records, Decoded(rows, dead), out, parts)
+
+    def _waiting(self) -> int:
+        assert self.op is not None  # noqa: S101
+        return self.op.waiting_rows
+
+    def _drain_steps(self) -> Joined:
+        assert self.op is not None  # noqa: S101
+        # rows kept for a window join stay kept: the streams go on (next run); only the scans finish
+        parts = list(self.op.drain(release_window=False))
+        empty = Decoded(self.cfg.stream_schema.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
+        return Joined(0, empty, self._output(parts), parts)
+
+    def _count(self, batch: Joined, segment: int) -> None:
+        t = self.totals
+        if segment == 0:
+            t.records_in += batch.records
+            t.decoded_rows += batch.decoded.rows.num_rows
+            t.dead_letters += batch.dead.num_rows
+            t.batches += 1
+        t.output_rows += batch.out.num_rows
+
+    # ------------------------------------------------------------------ reporting
+    def _progress(self, progress: dict[str, Any], batch: Joined) -> str:
+        op = self.op
+        assert op is not None  # noqa: S101
         c = self.counts()
         st = op.counters
-        busy = seconds.get("join", 0.0)
+        busy = progress["seconds"].get("join", 0.0)
         probed = max(st["rows_probed"], 1)
-        progress: dict[str, Any] = {
-            "event": event,
-            "batch_id": batch_id,
-            "segment": segment,
-            "records_in": records,
-            "stream_rows": decoded.rows.num_rows,
-            "dead_letters": decoded.dead.num_rows,
-            "output_rows": out.num_rows,
-            "steps": steps,
-            "arrival_rate": records / wall,
-            "service_rate": decoded.rows.num_rows / busy if busy > 0 else 0.0,
-            "cache_hit_share": st["served_by_cache"] / probed,
-            "r_cycle": "-",
-            "partition": None,
-            "partitions": None,
-            "waiting_tuples": c.waiting,
-            "waiting_rows": op.waiting_rows,
-            "probe_order": [op.edges[e].edge.master for e in op.order],
-            "memory": op.memory(),
-            "seconds": seconds,
-            "totals": {
-                "records_in": c.records_in,
-                "dead_letters": c.dead_letters,
-                "stream_rows": st["tuples_in"],
-                "output_source_rows": c.matched_source_rows,
-                "dropped_source_rows": c.unmatched_source_rows,
-                "waiting": c.waiting,
-                "output_rows": c.output_rows,
-            },
-        }
+        progress.update(
+            {
+                "service_rate": batch.decoded.rows.num_rows / busy if busy > 0 else 0.0,
+                "cache_hit_share": st["served_by_cache"] / probed,
+                "r_cycle": "-",
+                "partition": None,
+                "partitions": None,
+                "waiting_tuples": c.waiting,
+                "waiting_rows": op.waiting_rows,
+                "probe_order": [op.edges[e].edge.master for e in op.order],
+                "memory": op.memory(),
+                "totals": {
+                    "records_in": c.records_in,
+                    "dead_letters": c.dead_letters,
+                    "stream_rows": st["tuples_in"],
+                    "output_source_rows": c.matched_source_rows,
+                    "dropped_source_rows": c.unmatched_source_rows,
+                    "waiting": c.waiting,
+                    "output_rows": c.output_rows,
+                },
+            }
+        )
         if op.window is not None:
             progress["streams"] = self.stream_counts()
             progress["watermarks"] = {a: op.window.watermark(i) for i, a in enumerate(op.window.aliases)}
             progress["late_rows"] = op.window.counters["window_late"]
-        self.last_progress = progress
-        log.info(
-            "%s %d.%d: %d records, %d rows out, %d source rows waiting",
-            event,
-            batch_id,
-            segment,
-            records,
-            out.num_rows,
-            c.waiting,
-            extra=fields(**progress),
-        )
-        return progress
+        return f"{c.waiting} source rows waiting"
 
     def stream_counts(self) -> dict[str, dict[str, Any]]:
         """Per stream of a window join: records in = output + dropped + waiting + dead letters (decoding and late)."""

@@ -25,7 +25,7 @@ from multiway_pipeline_data import COLUMNS, STREAM_SCHEMA, duckdb_answer, job, l
 from ssbj.config import parse_multiway_config
 from ssbj.contracts import DEAD_LETTER_SCHEMA
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.pipeline import faults, multiway_job
+from ssbj.pipeline import faults, lifecycle
 from ssbj.pipeline.multiway_job import MultiWayProcessor, build_multiway_processor
 from ssbj.pipeline.records import Decoded
 
@@ -118,7 +118,7 @@ def test_crashes_and_replays_leave_exactly_the_duckdb_answer(
             assert not [k for k in armed if k[1] < len(batches)], "a planned crash did not happen"
         finally:
             faults.crash_point, faults.store_for = saved  # type: ignore[assignment]
-            assert multiway_job.faults is faults
+            assert lifecycle.faults is faults  # the processors crash where the tests arm it
         out = ds.dataset(tmp / "out", format="parquet").to_table() if (tmp / "out").exists() else None
         got: Counter[tuple[Any, ...]] = Counter()
         if out is not None and out.num_rows:
