@@ -11,9 +11,7 @@ checkpoints under the batch id.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,11 +32,10 @@ from ssbj.pipeline.cq_records import DecodedChanges, decode_batch, snapshot_chan
 from ssbj.pipeline.factory import build_sink
 from ssbj.pipeline.job import files_reader, kafka_reader, spark_session
 from ssbj.pipeline.restarts import restart_delay
+from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.cq.job")
-
-ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -175,25 +172,13 @@ class CqJob:
             raise
 
     def _publish(self, progress: dict[str, Any]) -> None:
-        path = Path(self.cfg.checkpoint) / "last_progress.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(progress, default=float, indent=1))
-        os.replace(tmp, path)
-        if self.on_progress:
-            self.on_progress(progress)
+        publish_progress(Path(self.cfg.checkpoint) / "last_progress.json", progress, self.on_progress)
 
     def _start(self) -> Any:
         frame = source_frame(self.spark, self.cfg)
-        writer = (
-            frame.writeStream.foreachBatch(self._foreach_batch)
-            .option("checkpointLocation", self.cfg.spark_checkpoint)
-            .queryName(f"ssbj-cq-{self.cfg.name}")
+        return start_foreach_batch(
+            frame, self._foreach_batch, self.cfg.spark_checkpoint, f"ssbj-cq-{self.cfg.name}", self.cfg.trigger
         )
-        if self.cfg.trigger.mode == "available-now":
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=self.cfg.trigger.interval)
-        return writer.start()
 
     def run(self) -> CqRunSummary:
         """Run until the input is exhausted (available-now) or :meth:`stop` is called."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -28,11 +27,10 @@ from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import decoder
 from ssbj.pipeline.restarts import restart_delay
 from ssbj.pipeline.shardedrun import ShardedRun
+from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.job")
-
-ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -193,26 +191,14 @@ class EnrichmentJob:
 
     def _publish(self, progress: dict[str, Any]) -> None:
         """Hand a progress record to the callback and to ``<checkpoint>/last_progress.json``."""
-        path = Path(self.cfg.checkpoint) / "last_progress.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(progress, default=float, indent=1))
-        os.replace(tmp, path)
-        if self.on_progress:
-            self.on_progress(progress)
+        publish_progress(Path(self.cfg.checkpoint) / "last_progress.json", progress, self.on_progress)
 
     def _start(self) -> Any:
         assert self.spark is not None  # noqa: S101
         frame = source_frame(self.spark, self.cfg)
-        writer = (
-            frame.writeStream.foreachBatch(self._foreach_batch)
-            .option("checkpointLocation", self.cfg.spark_checkpoint)
-            .queryName(f"ssbj-{self.cfg.name}")
+        return start_foreach_batch(
+            frame, self._foreach_batch, self.cfg.spark_checkpoint, f"ssbj-{self.cfg.name}", self.cfg.trigger
         )
-        if self.cfg.trigger.mode == "available-now":
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=self.cfg.trigger.interval)
-        return writer.start()
 
     def run(self) -> RunSummary:
         """Run until the input is exhausted (available-now) or :meth:`stop` is called."""

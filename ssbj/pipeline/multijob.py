@@ -11,9 +11,7 @@ and counts. ``available-now`` runs drain every waiting tuple once all queries ha
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.job import source_frame, spark_session
 from ssbj.pipeline.multiprocessor import MultiProcessor
 from ssbj.pipeline.restarts import restart_delay
+from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.job")
@@ -53,7 +52,7 @@ class MultiJob:
         cfgs: list[JobConfig],
         checkpoint: str | Path,
         spark: Any | None = None,
-        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        on_progress: ProgressCallback | None = None,
         max_restarts: int = 10,
         restart_backoff: float = 2.0,
         run_id: str | None = None,
@@ -88,12 +87,7 @@ class MultiJob:
         return handle
 
     def _publish(self, progress: dict[str, Any]) -> None:
-        path = self.root / "last_progress.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(progress, default=float, indent=1))
-        os.replace(tmp, path)
-        if self.on_progress:
-            self.on_progress(progress)
+        publish_progress(self.root / "last_progress.json", progress, self.on_progress)
 
     def _start(self) -> list[Any]:
         assert self.spark is not None  # noqa: S101
@@ -101,17 +95,11 @@ class MultiJob:
         out = []
         for sid, names in self.jobs.sources.items():
             cfg = self.jobs.jobs[names[0]]
-            writer = (
-                source_frame(self.spark, cfg)
-                .writeStream.foreachBatch(self._foreach(sid))
-                .option("checkpointLocation", str(self.root / "spark" / multiconf.source_dir(sid)))
-                .queryName(f"ssbj-shared-{multiconf.source_dir(sid)}")
+            d = multiconf.source_dir(sid)
+            frame = source_frame(self.spark, cfg)
+            out.append(
+                start_foreach_batch(frame, self._foreach(sid), self.root / "spark" / d, f"ssbj-shared-{d}", trig)
             )
-            if trig.mode == "available-now":
-                writer = writer.trigger(availableNow=True)
-            else:
-                writer = writer.trigger(processingTime=trig.interval)
-            out.append(writer.start())
         return out
 
     def run(self) -> MultiRunSummary:
