@@ -135,6 +135,16 @@ def validate_job(cfg: JobConfig) -> list[str]:
         out.append(f"source: {src.format} files in {src.path}")
     else:
         out.append(_check_kafka(cfg))
+    out += check_sinks(cfg)
+    if cfg.join.placement == "executors":
+        out.append(shardplan.describe(cfg))
+    out.append(check_checkpoint(cfg))
+    return out
+
+
+def check_sinks(cfg: AnyJobConfig) -> list[str]:
+    """Check that the sink and the dead-letter sink can be written (a directory, or a database we reach)."""
+    out = []
     for name, sink in (("sink", cfg.sink), ("dead_letter", cfg.dead_letter)):
         if isinstance(sink, ParquetSink):
             parent = Path(sink.path).resolve().parent
@@ -152,16 +162,18 @@ def validate_job(cfg: JobConfig) -> list[str]:
                 error = TransientError if is_transient(exc) else ServiceError
                 raise error(f"{name}: cannot connect to {sink.display()}: {type(exc).__name__}") from None
             out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
-    if cfg.join.placement == "executors":
-        out.append(shardplan.describe(cfg))
+    return out
+
+
+def check_checkpoint(cfg: AnyJobConfig) -> str:
+    """Check that the checkpoint directory (or the nearest existing parent) is writable."""
     ck = Path(cfg.checkpoint)
     probe = ck if ck.exists() else ck.resolve().parent
     while not probe.exists():
         probe = probe.parent
     if not os.access(probe, os.W_OK):
         raise ConfigError(f"checkpoint {cfg.checkpoint!r} is not writable")
-    out.append(f"checkpoint: {cfg.checkpoint}")
-    return out
+    return f"checkpoint: {cfg.checkpoint}"
 
 
 def _check_kafka(cfg: AnyJobConfig) -> str:

@@ -19,17 +19,13 @@ Publishing and quarantining are the single-table job's (``ssbj gate``).
 from __future__ import annotations
 
 import logging
-import os
 from datetime import timedelta
 from pathlib import Path
 
-import sqlalchemy as sa
-
-from ssbj.config import MultiWayJobConfig, ParquetSink
-from ssbj.contracts import RunCounts, TableName
-from ssbj.credentials import engine
+from ssbj.config import MultiWayJobConfig
+from ssbj.contracts import RunCounts
 from ssbj.errors import ConfigError
-from ssbj.pipeline.factory import check_kafka_source
+from ssbj.pipeline.factory import check_checkpoint, check_kafka_source, check_sinks
 from ssbj.pipeline.multiway_masters import JobQuery
 from ssbj.pipeline.quality import CheckResult, Expectation, declared_expectations, run_checks
 from ssbj.sql.cli import describe
@@ -120,22 +116,6 @@ def validate_multiway_job(cfg: MultiWayJobConfig) -> list[str]:
             out.append(f"{label}: stream {st.name}, {src.format} files in {src.path}")
         else:
             out.append(check_kafka_source(src, label) + f" (stream {st.name})")
-    for name, sink in (("sink", cfg.sink), ("dead_letter", cfg.dead_letter)):
-        if isinstance(sink, ParquetSink):
-            target = Path(sink.path)
-            if not os.access(target if target.exists() else target.resolve().parent, os.W_OK):
-                raise ConfigError(f"{name}.path {sink.path!r} is not writable")
-            out.append(f"{name}: Parquet directory {sink.path}")
-        else:
-            with engine(sink).connect() as conn:
-                t = TableName.parse(sink.table)
-                exists = sa.inspect(conn).has_table(t.name, schema=t.schema)
-            out.append(f"{name}: table {sink.table} at {sink.display()} ({'exists' if exists else 'will be created'})")
-    ck = Path(cfg.checkpoint)
-    probe = ck if ck.exists() else ck.resolve().parent
-    while not probe.exists():
-        probe = probe.parent
-    if not os.access(probe, os.W_OK):
-        raise ConfigError(f"checkpoint {cfg.checkpoint!r} is not writable")
-    out.append(f"checkpoint: {cfg.checkpoint}")
+    out += check_sinks(cfg)
+    out.append(check_checkpoint(cfg))
     return out
