@@ -415,15 +415,20 @@ def _format_errors(exc: ValidationError, origin: str) -> str:
     return f"{origin}: invalid job configuration\n" + "\n".join(lines)
 
 
-def load_config(path: str | Path) -> JobConfig:
-    """Read and validate a job file; errors name each field and what it allows."""
-    p = Path(path)
+def read_job_file(p: Path) -> Any:
+    """Return a job file's YAML; a file that cannot be read or parsed is a ConfigError naming it."""
     try:
-        data = yaml.safe_load(p.read_text())
+        return yaml.safe_load(p.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read job file {p}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Read and validate a job file; errors name each field and what it allows."""
+    p = Path(path)
+    data = read_job_file(p)
     return parse_config(data, str(p))
 
 
@@ -644,12 +649,7 @@ def parse_multiway_config(data: Any, origin: str = "<config>", base: Path | None
 def load_any_config(path: str | Path) -> AnyJobConfig:
     """Read and validate a job file of either form: the single-table job or the multi-way job (``sql``)."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {p}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    data = read_job_file(p)
     if is_multiway(data):
         return parse_multiway_config(data, str(p), p.resolve().parent)
     return parse_config(data, str(p))

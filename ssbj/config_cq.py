@@ -26,6 +26,7 @@ from ssbj.config import (
     _format_errors,
     _Model,
     identifier,
+    read_job_file,
     table_name,
 )
 from ssbj.cq.query import QueryPlan, plan_query
@@ -226,10 +227,5 @@ def parse_cq_config(data: Any, origin: str = "<config>", base: Path | None = Non
 def load_cq_config(path: str | Path) -> CqJobConfig:
     """Read and validate a continuous-query job file."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {p}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    data = read_job_file(p)
     return parse_cq_config(data, str(p), p.resolve().parent)
