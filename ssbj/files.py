@@ -16,12 +16,25 @@ import pyarrow.parquet as pq
 
 from ssbj.errors import ConfigError, InputError
 
-__all__ = ["check_output", "file_format", "open_stream", "read_error", "read_schema", "read_table", "rebatch"]
+__all__ = [
+    "check_key_column",
+    "check_output",
+    "file_format",
+    "master_schema",
+    "open_stream",
+    "read_error",
+    "read_master",
+    "read_schema",
+    "read_table",
+    "rebatch",
+    "stream_batches",
+]
 
-_CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
+CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """Return the message of an exception on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -44,7 +57,7 @@ def file_format(path: Path, role: str) -> str:
 def read_error(role: str, path: Path, fmt: str, exc: BaseException) -> InputError:
     """InputError for a file that exists but cannot be read in its format."""
     kind = "Parquet" if fmt == "parquet" else "CSV"
-    return InputError(f"cannot read {role} file {path} as {kind}: {_one_line(exc)}")
+    return InputError(f"cannot read {role} file {path} as {kind}: {one_line(exc)}")
 
 
 def read_schema(path: Path, role: str) -> pa.Schema:
@@ -87,23 +100,69 @@ def rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
         yield pa.Table.from_batches(pending)
 
 
+def _guarded(batches: Iterable[pa.RecordBatch], path: Path, fmt: str) -> Iterator[pa.RecordBatch]:
+    """Re-raise read errors that happen mid-file as InputError."""
+    try:
+        yield from batches
+    except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+        raise read_error("stream", path, fmt, exc) from exc
+
+
+def stream_batches(
+    path: Path, batch_rows: int, columns: Iterable[str] | None = None
+) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """Return the stream file's schema and its rows as tables of ``batch_rows`` rows (``columns`` only)."""
+    fmt = file_format(path, "stream")
+    cols = list(columns) if columns is not None else None
+    try:
+        if fmt == "parquet":
+            pf = pq.ParquetFile(path)
+            schema = pf.schema_arrow
+            raw: Iterable[pa.RecordBatch] = pf.iter_batches(batch_size=batch_rows, columns=cols)
+        else:
+            reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES))
+            schema = reader.schema
+            raw = reader if cols is None else (b.select(cols) for b in reader)
+        if cols is not None:
+            schema = pa.schema([schema.field(c) for c in cols])
+    except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+        raise read_error("stream", path, fmt, exc) from exc
+    return schema, rebatch(_guarded(raw, path, fmt), batch_rows)
+
+
 def open_stream(path: Path, columns: Iterable[str], batch_rows: int) -> Iterator[pa.Table]:
     """Open the stream file as tables of ``batch_rows`` rows holding ``columns``."""
-    fmt = file_format(path, "stream")
-    cols = list(columns)
+    return stream_batches(path, batch_rows, columns)[1]
 
-    def batches() -> Iterator[pa.RecordBatch]:
-        try:
-            if fmt == "parquet":
-                yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=cols)
-            else:
-                reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES))
-                for b in reader:
-                    yield b.select(cols)
-        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
-            raise read_error("stream", path, fmt, exc) from exc
 
-    return rebatch(batches(), batch_rows)
+def master_schema(path: Path, fmt: str) -> tuple[pa.Schema, pa.Table | None]:
+    """Return the master schema; a CSV master is read whole here (its types need all rows)."""
+    try:
+        if fmt == "parquet":
+            return pq.read_schema(path), None
+        table = pacsv.read_csv(path)
+        return table.schema, table
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise read_error("master", path, fmt, exc) from exc
+
+
+def read_master(path: Path, fmt: str, columns: list[str], table: pa.Table | None) -> pa.Table:
+    """Return the master table restricted to ``columns`` (``table``: the CSV master already read)."""
+    try:
+        if table is None:
+            table = pq.read_table(path, columns=columns)
+        return table.select(columns)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise read_error("master", path, fmt, exc) from exc
+
+
+def check_key_column(schema: pa.Schema, key: str, role: str, path: Path) -> None:
+    """InputError naming the key and listing the columns if ``key`` is not in ``schema``."""
+    if key not in schema.names:
+        raise InputError(
+            f"{role} key column {key!r} not found in {role} file {path}; "
+            f"available columns: {', '.join(schema.names) or '(none)'}"
+        )
 
 
 def check_output(out: Path, inputs: Iterable[Path]) -> None:

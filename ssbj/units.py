@@ -34,3 +34,11 @@ def parse_size(text: str, what: str = "--memory") -> int:
     if size < 1:
         raise ConfigError(f"bad {what} value {text!r}: must be at least 1 byte")
     return size
+
+
+def fmt_bytes(n: float) -> str:
+    """Format a byte count in decimal units, e.g. ``8.0 MB``."""
+    for unit, mult in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= mult:
+            return f"{n / mult:.1f} {unit}"
+    return f"{n:.0f} B"

@@ -471,9 +471,9 @@ def test_csv_type_change_mid_stream(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A CSV whose later blocks do not fit the types inferred from the first one."""
-    import ssbj.cli as cli
+    import ssbj.files as files
 
-    monkeypatch.setattr(cli, "_CSV_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(files, "CSV_BLOCK_BYTES", 1024)
     s = tmp_path / "stream.csv"
     rows = ["sid,sk,x"] + [f"{i},{i % 7}," for i in range(300)] + [f"{i},{i % 7},oops" for i in range(300)]
     s.write_text("\n".join(rows) + "\n")
