@@ -10,7 +10,6 @@ what :func:`ssbj.pipeline.records.decoder` gives it alone.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,8 +27,8 @@ from ssbj.pipeline.records import (
     decode_csv_lines,
     decode_parquet,
     file_lines,
+    json_keys,
     landed_files,
-    parse_json_lines,
 )
 
 
@@ -49,39 +48,6 @@ class SharedDecoded:
         extra = self.missing_dead.get(key)
         dead = self.dead if extra is None or not extra.num_rows else pa.concat_tables([self.dead, extra])
         return Decoded(rows, dead)
-
-
-def _json_keys(
-    values: Sequence[bytes | None], schema: pa.Schema, keys: Sequence[str]
-) -> tuple[pa.Table, list[_Bad], list[int], dict[str, list[int]]]:
-    """Rows, bad records, the record index of each row, and per key the rows whose key field is missing."""
-    rows, bad, good_idx, lines = parse_json_lines(values, schema)
-    nulls = np.zeros(rows.num_rows, dtype=bool)
-    for k in keys:
-        nulls |= rows.column(k).is_null().to_numpy(zero_copy_only=False)
-    drop: set[int] = set()
-    absent: dict[int, list[str]] = {}
-    for pos in nulls.nonzero()[0]:
-        i = good_idx[int(pos)]
-        try:
-            obj = json.loads(lines[i])
-        except ValueError:
-            obj = {}
-        if not isinstance(obj, dict):
-            bad.append(_Bad(i, "record is not a JSON object"))
-            drop.add(int(pos))
-        else:
-            absent[int(pos)] = [k for k in keys if k not in obj]
-    keep = [p for p in range(rows.num_rows) if p not in drop]
-    if drop:
-        rows = rows.take(pa.array(keep, pa.int64()))
-    new_pos = {p: n for n, p in enumerate(keep)}
-    missing: dict[str, list[int]] = {k: [] for k in keys}
-    for at, ks in absent.items():
-        for k in ks:
-            missing[k].append(new_pos[at])
-    bad.sort(key=lambda b: b.index)
-    return rows, bad, [good_idx[p] for p in keep], missing
 
 
 class _Collect:
@@ -114,7 +80,7 @@ class _Collect:
 def decode_kafka_keys(raw: pa.Table, schema: pa.Schema, keys: Sequence[str]) -> SharedDecoded:
     """Decode Kafka messages (value, topic, partition, offset) once for jobs on ``keys``."""
     values = raw.column("value").to_pylist()
-    rows, bad, index, missing = _json_keys(values, schema, keys)
+    rows, bad, index, missing = json_keys(values, schema, keys)
     c = _Collect(keys, schema)
     c.add(rows, missing)
     topics = raw.column("topic").to_pylist()
@@ -146,7 +112,7 @@ def decode_files_keys(
             continue
         lines, numbers, hdr = file_lines(content, fmt == "csv" and header)
         if fmt == "jsonl":
-            rows, bad, index, missing = _json_keys(lines, schema, keys)
+            rows, bad, index, missing = json_keys(lines, schema, keys)
             for k, positions in missing.items():
                 for p in positions:
                     n = numbers[index[p]]

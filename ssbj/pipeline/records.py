@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
@@ -123,28 +124,49 @@ def parse_json_lines(
     return rows, bad, _good_indexes(len(lines), bad), lines
 
 
-def decode_json(values: Sequence[bytes | None], schema: pa.Schema, key: str) -> tuple[pa.Table, list[_Bad]]:
-    """Decode JSON objects; returns the good rows (in order) and the bad record indexes."""
+def json_keys(
+    values: Sequence[bytes | None], schema: pa.Schema, keys: Sequence[str]
+) -> tuple[pa.Table, list[_Bad], list[int], dict[str, list[int]]]:
+    """Rows, bad records, the record index of each row, and per key the rows whose key field is missing."""
     rows, bad, good_idx, lines = parse_json_lines(values, schema)
-    # a NULL key is a key that never matches; a *missing* key field is a malformed record
-    nulls = rows.column(key).is_null().to_numpy(zero_copy_only=False)
-    if nulls.any():
-        drop = []
-        for pos in nulls.nonzero()[0]:
-            i = good_idx[int(pos)]
-            try:
-                obj = json.loads(lines[i])
-            except ValueError:
-                obj = {}
-            if not isinstance(obj, dict):
-                bad.append(_Bad(i, "record is not a JSON object"))
-                drop.append(int(pos))
-            elif key not in obj:
-                bad.append(_Bad(i, f"missing key field {key!r}"))
-                drop.append(int(pos))
-        if drop:
-            keep = sorted(set(range(rows.num_rows)) - set(drop))
-            rows = rows.take(pa.array(keep, pa.int64()))
+    nulls = np.zeros(rows.num_rows, dtype=bool)
+    for k in keys:
+        nulls |= rows.column(k).is_null().to_numpy(zero_copy_only=False)
+    drop: set[int] = set()
+    absent: dict[int, list[str]] = {}
+    for pos in nulls.nonzero()[0]:
+        i = good_idx[int(pos)]
+        try:
+            obj = json.loads(lines[i])
+        except ValueError:
+            obj = {}
+        if not isinstance(obj, dict):
+            bad.append(_Bad(i, "record is not a JSON object"))
+            drop.add(int(pos))
+        else:
+            absent[int(pos)] = [k for k in keys if k not in obj]
+    keep = [p for p in range(rows.num_rows) if p not in drop]
+    if drop:
+        rows = rows.take(pa.array(keep, pa.int64()))
+    new_pos = {p: n for n, p in enumerate(keep)}
+    missing: dict[str, list[int]] = {k: [] for k in keys}
+    for at, ks in absent.items():
+        for k in ks:
+            missing[k].append(new_pos[at])
+    bad.sort(key=lambda b: b.index)
+    return rows, bad, [good_idx[p] for p in keep], missing
+
+
+def decode_json(values: Sequence[bytes | None], schema: pa.Schema, key: str) -> tuple[pa.Table, list[_Bad]]:
+    """Decode JSON objects; returns the good rows (in order) and the bad record indexes.
+
+    A NULL key is a key that never matches; a *missing* key field is a malformed record.
+    """
+    rows, bad, index, missing = json_keys(values, schema, [key])
+    if missing[key]:
+        bad += [_Bad(index[p], f"missing key field {key!r}") for p in missing[key]]
+        gone = set(missing[key])
+        rows = rows.take(pa.array([p for p in range(rows.num_rows) if p not in gone], pa.int64()))
         bad.sort(key=lambda b: b.index)
     return rows, bad
 
