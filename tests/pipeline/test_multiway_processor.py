@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 import sqlalchemy as sa
+from crash_faults import Crash, armed_crashes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multiway_pipeline_data import COLUMNS, STREAM_SCHEMA, duckdb_answer, job, load_masters, masters, stream
@@ -25,15 +26,10 @@ from multiway_pipeline_data import COLUMNS, STREAM_SCHEMA, duckdb_answer, job, l
 from ssbj.config import parse_multiway_config
 from ssbj.contracts import DEAD_LETTER_SCHEMA
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.pipeline import faults, lifecycle
 from ssbj.pipeline.multiway_job import MultiWayProcessor, build_multiway_processor
 from ssbj.pipeline.records import Decoded
 
 POINTS = ("after-decode", "after-sink", "in-checkpoint", "after-checkpoint", "replay")
-
-
-class Crash(Exception):
-    """Stands for SIGKILL at a crash point."""
 
 
 def _rows_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -84,24 +80,7 @@ def test_crashes_and_replays_leave_exactly_the_duckdb_answer(
 
         proc = new()
         proc.open()
-        armed: dict[tuple[str, int], bool] = {(p, b): True for b, p in crashes.items() if p != "replay"}
-
-        def crash_point(point: str, batch_id: int) -> None:
-            if armed.pop((point, batch_id), False):
-                raise Crash(point)
-
-        class CrashingStore(DirectoryStore):
-            def write_manifest(self, checkpoint_id: int, manifest: dict[str, Any]) -> None:
-                raise Crash("in-checkpoint")
-
-        def store_for(store: DirectoryStore, batch_id: int) -> DirectoryStore:
-            if armed.pop(("in-checkpoint", batch_id), False):
-                return CrashingStore(store.path, store.retain)
-            return store
-
-        saved = faults.crash_point, faults.store_for
-        faults.crash_point, faults.store_for = crash_point, store_for  # type: ignore[assignment]
-        try:
+        with armed_crashes(crashes) as armed:
             for b, t in enumerate(batches):
 
                 def decode(t: pa.Table = t) -> Decoded:
@@ -116,9 +95,6 @@ def test_crashes_and_replays_leave_exactly_the_duckdb_answer(
                     proc.process(b, decode)  # a retried batch in the same process
             proc.drain(lambda _b: True)
             assert not [k for k in armed if k[1] < len(batches)], "a planned crash did not happen"
-        finally:
-            faults.crash_point, faults.store_for = saved  # type: ignore[assignment]
-            assert lifecycle.faults is faults  # the processors crash where the tests arm it
         out = ds.dataset(tmp / "out", format="parquet").to_table() if (tmp / "out").exists() else None
         got: Counter[tuple[Any, ...]] = Counter()
         if out is not None and out.num_rows:

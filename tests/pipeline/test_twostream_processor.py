@@ -17,19 +17,15 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 import sqlalchemy as sa
+from crash_faults import Crash, armed_crashes
 from multiway_pipeline_data import load_masters, masters
 from twostream_data import COLUMNS, duckdb_answer, job, late_ids, streams, write_landing
 
 from ssbj.config import parse_multiway_config
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.errors import ConfigError
-from ssbj.pipeline import faults
 from ssbj.pipeline.multiway_job import MultiWayProcessor, build_multiway_processor
 from ssbj.pipeline.multiway_masters import STREAM_TAG
-
-
-class Crash(Exception):
-    """Stands for SIGKILL at a crash point."""
 
 
 def _raw(dirs: dict[str, Path], f: int) -> pa.Table:
@@ -80,24 +76,7 @@ def test_two_streams_with_crashes_equal_duckdb_and_reconcile_per_stream(
     proc = new()
     proc.open()
     decode = proc.query.stream_decoder()
-    armed = {(p, b): True for b, p in crashes.items() if p != "replay"}
-
-    def crash_point(point: str, batch_id: int) -> None:
-        if armed.pop((point, batch_id), False):
-            raise Crash(point)
-
-    class CrashingStore(DirectoryStore):
-        def write_manifest(self, checkpoint_id: int, manifest: dict[str, Any]) -> None:
-            raise Crash("in-checkpoint")
-
-    def store_for(st: DirectoryStore, batch_id: int) -> DirectoryStore:
-        if armed.pop(("in-checkpoint", batch_id), False):
-            return CrashingStore(st.path, st.retain)
-        return st
-
-    saved = faults.crash_point, faults.store_for
-    faults.crash_point, faults.store_for = crash_point, store_for  # type: ignore[assignment]
-    try:
+    with armed_crashes(crashes) as armed:
         for b in range(len(data.files["orders"])):
             raw = _raw(dirs, b)
             try:
@@ -110,8 +89,6 @@ def test_two_streams_with_crashes_equal_duckdb_and_reconcile_per_stream(
                 proc.process(b, lambda raw=raw: decode(raw))
         proc.drain(lambda _b: True)
         assert not armed, "a planned crash did not happen"
-    finally:
-        faults.crash_point, faults.store_for = saved  # type: ignore[assignment]
     late = late_ids(data, step_rows=step_rows)
     assert late["orders"] and late["shipments"]
     expected = duckdb_answer(data, customer, late)
