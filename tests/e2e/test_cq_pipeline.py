@@ -9,10 +9,8 @@ crash point and restarted ends exactly there too.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +19,13 @@ import sqlalchemy as sa
 import yaml
 from cq_pipeline_cases import RELATIONS, Q7Case, build_case, check_files_run, files_job, folded, land
 from cq_reference import EXAMPLES, PK, canon
+from ssbj_process import ssbj
 
 from ssbj.config_cq import parse_cq_config
 from ssbj.pipeline.cq_job import CqJob
 from ssbj.testing.kafka import TansuBroker
 from ssbj.testing.mariadb import DATABASE, PASSWORD, USER, MariaDBServer
 
-SSBJ = [sys.executable, "-m", "ssbj.cli"]
 KEY = ("supp_nation", "cust_nation", "l_year")
 
 
@@ -51,13 +49,7 @@ def test_landed_debezium_files_to_sqlite_exact(spark: Any, case: Q7Case, tmp_pat
 
 
 def _run(job: Path, crash: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env.pop("SSBJ_CRASH_AT", None)
-    if crash:
-        env["SSBJ_CRASH_AT"] = crash
-    return subprocess.run(
-        [*SSBJ, "run", "--config", str(job), "--quiet"], env=env, capture_output=True, text=True, timeout=300
-    )
+    return ssbj("run", "--config", str(job), "--quiet", crash=crash)
 
 
 @pytest.mark.slow
@@ -79,7 +71,7 @@ def test_sigkill_and_restart_keeps_the_table_exact(case: Q7Case, tmp_path: Path)
     res = _run(job)
     assert res.returncode == 0, res.stderr[-3000:]
     check_files_run(case, tmp_path)
-    res = subprocess.run([*SSBJ, "check", str(job)], capture_output=True, text=True, timeout=300)
+    res = ssbj("check", str(job))
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     assert "checks passed" in res.stdout
 

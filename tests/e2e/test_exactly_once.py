@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from pipeline_reference import expected_join, warehouse_rows
+from ssbj_process import ssbj
 
 from ssbj.config import parse_config
 from ssbj.pipeline.quickstart import write_demo
 
 pytestmark = pytest.mark.slow  # spark-submit / ssbj run subprocesses: 20-60 s each
-
-SSBJ = [sys.executable, "-m", "ssbj.cli"]
 
 
 def _job(root: Path) -> Path:
@@ -32,13 +29,7 @@ def _job(root: Path) -> Path:
 
 
 def _run(job: Path, crash: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env.pop("SSBJ_CRASH_AT", None)
-    if crash:
-        env["SSBJ_CRASH_AT"] = crash
-    return subprocess.run(
-        [*SSBJ, "run", "--config", str(job), "--quiet"], env=env, capture_output=True, text=True, timeout=300
-    )
+    return ssbj("run", "--config", str(job), "--quiet", crash=crash)
 
 
 def _check(root: Path) -> None:

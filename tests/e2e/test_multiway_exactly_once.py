@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,12 +13,11 @@ import pytest
 import sqlalchemy as sa
 import yaml
 from multiway_pipeline_data import COLUMNS, duckdb_answer, job, load_masters, masters, stream, write_landing
+from ssbj_process import ssbj
 
 from ssbj.config import load_any_config
 
 pytestmark = pytest.mark.slow  # ssbj run subprocesses: 20-40 s each
-
-SSBJ = [sys.executable, "-m", "ssbj.cli"]
 
 
 def _job(root: Path) -> tuple[Path, Any, Any]:
@@ -45,17 +42,7 @@ def _job(root: Path) -> tuple[Path, Any, Any]:
 
 
 def _run(job: Path, crash: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env.pop("SSBJ_CRASH_AT", None)
-    if crash:
-        env["SSBJ_CRASH_AT"] = crash
-    return subprocess.run(
-        [*SSBJ, "run", "--config", str(job), "--quiet", "--summary", str(job.parent / "summary.json")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return ssbj("run", "--config", str(job), "--quiet", "--summary", str(job.parent / "summary.json"), crash=crash)
 
 
 def _warehouse(root: Path) -> tuple[Counter[tuple[Any, ...]], int]:

@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from multijob_cases import dead_letters, expected, land, output, write_job_file, write_masters
+from ssbj_process import ssbj
 
 pytestmark = pytest.mark.slow  # four ssbj run subprocesses: 15-60 s each
-
-SSBJ = [sys.executable, "-m", "ssbj.cli"]
-
-
-def _ssbj(*args: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env.pop("SSBJ_CRASH_AT", None)
-    if crash:
-        env["SSBJ_CRASH_AT"] = crash
-    return subprocess.run([*SSBJ, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def _run(root: Path, names: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
     files = [str(root / f"{n}.yaml") for n in names]
-    return _ssbj("run", "--config", *files, "--checkpoint", str(root / "app"), "--quiet", crash=crash)
+    return ssbj("run", "--config", *files, "--checkpoint", str(root / "app"), "--quiet", crash=crash)
 
 
 def _check(root: Path, name: str, files: list[Path]) -> None:
@@ -45,7 +34,7 @@ def test_switch_with_sigkill_during_it_is_exact(tmp_path: Path) -> None:
         write_job_file(tmp_path, n)
     orders = [land(tmp_path, "orders", f, 150) for f in range(4)]
     clicks = [land(tmp_path, "clicks", f, 100) for f in range(2)]
-    res = _ssbj("validate", *(str(tmp_path / f"{n}.yaml") for n in "adc"))
+    res = ssbj("validate", *(str(tmp_path / f"{n}.yaml") for n in "adc"))
     assert res.returncode == 0, res.stderr
     assert "decoded once for a, d" in res.stdout and "shared scan" in res.stdout
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,27 +12,16 @@ import pytest
 import sqlalchemy as sa
 import yaml
 from multiway_pipeline_data import load_masters, masters
+from ssbj_process import ssbj
 from twostream_data import COLUMNS, duckdb_answer, job, late_ids, streams, write_landing
 
 from ssbj.config import load_any_config
 
 pytestmark = pytest.mark.slow  # ssbj run subprocesses: 20-40 s each
 
-SSBJ = [sys.executable, "-m", "ssbj.cli"]
-
 
 def _run(job: Path, crash: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env.pop("SSBJ_CRASH_AT", None)
-    if crash:
-        env["SSBJ_CRASH_AT"] = crash
-    return subprocess.run(
-        [*SSBJ, "run", "--config", str(job), "--quiet", "--summary", str(job.parent / "summary.json")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return ssbj("run", "--config", str(job), "--quiet", "--summary", str(job.parent / "summary.json"), crash=crash)
 
 
 def test_sigkill_mid_stream_and_restart_gives_exactly_the_duckdb_answer(tmp_path: Path) -> None:
