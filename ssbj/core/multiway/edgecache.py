@@ -10,6 +10,12 @@ arrivals in the last cycle) and the most beneficial ones fit the cache's bytes. 
 with no master rows (``m = 0``) is an empty entry: rows of it are resolved at once (an
 inner edge drops them, a left edge NULL-extends them). Keys are exact values
 (:class:`KeyIndex`), so a cached value is served only with all of its rows.
+
+Cached rows are refreshed from the scan as the binary operator refreshes its own: every
+cached row carries the partition it was read from, and each read of partition ``k``
+replaces the cached rows of ``k`` with that partition's current rows of the cached values
+(rows updated, inserted or deleted in the master), so a cached value is at most one
+R-cycle older than the master, as a scanned one is.
 """
 
 from __future__ import annotations
@@ -35,6 +41,19 @@ def _keys(t: pa.Table, n: int) -> list[pa.ChunkedArray]:
     return [t.column(f"k{i}") for i in range(n)]
 
 
+def _same_rows(a: pa.Table, b: pa.Table) -> bool:
+    """Whether two tables hold the same rows as multisets (in any order)."""
+    if a.num_rows != b.num_rows:
+        return False
+    if a.equals(b):
+        return True
+    order = [(c, "ascending") for c in a.column_names]
+    try:
+        return bool(a.take(pc.sort_indices(a, sort_keys=order)).equals(b.take(pc.sort_indices(b, sort_keys=order))))
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a type without an order: treat as changed
+        return False
+
+
 class EdgeCache:
     """Cached rows, empty entries, candidates and per-cycle counts of one scanned edge."""
 
@@ -43,16 +62,19 @@ class EdgeCache:
         self.key_cols = key_cols  # qualified master key columns
         self.capacity = capacity  # bytes the cached rows and keys may take
         self.rows: pa.Table | None = None  # master rows of cached values
+        self.tags: np.ndarray | None = None  # the partition each cached row was read from (int32)
         self.keys: pa.Table | None = None  # k0.. of cached values (with or without rows)
         self.cand: pa.Table | None = None  # k0.., n of the candidates being collected
         self.collecting = False
         self.collected: list[pa.Table] = []
+        self.collected_tags: list[np.ndarray] = []
         self.counts: list[pa.Table] = []
         self._rows_idx: KeyIndex | None = None
         self._keys_idx: KeyIndex | None = None
         self._cand_idx: KeyIndex | None = None
         self.served = 0
         self.admitted = 0
+        self.refreshed = 0  # partitions whose cached rows changed
 
     # ------------------------------------------------------------------ serving
     def serve(self, keys: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -97,35 +119,59 @@ class EdgeCache:
         return t
 
     # ------------------------------------------------------------------ the scan
-    def collect(self, part: pa.Table) -> None:
-        """Keep the partition's rows of candidate values."""
+    def collect(self, part: pa.Table, k: int) -> None:
+        """Partition ``k`` was read: refresh the cached rows of ``k``; keep its rows of candidate values."""
+        keys = [part.column(c) for c in self.key_cols]
+        self._refresh(part, keys, k)
         if not self.collecting or self._cand_idx is None or part.num_rows == 0:
             return
-        mask = self._cand_idx.contains([part.column(c) for c in self.key_cols])
+        mask = self._cand_idx.contains(keys)
         if mask.any():
             self.collected.append(part.filter(pa.array(mask)))
+            self.collected_tags.append(np.full(int(mask.sum()), k, np.int32))
+
+    def _refresh(self, part: pa.Table, keys: list[pa.ChunkedArray], k: int) -> None:
+        """Replace the cached rows read from partition ``k`` with its current rows of the cached values."""
+        if self.rows is None or self.tags is None or self._keys_idx is None:
+            return
+        old = self.tags == k
+        fresh = self._keys_idx.contains(keys) if part.num_rows else np.zeros(0, bool)
+        new_rows = part.filter(pa.array(fresh)) if fresh.any() else None
+        if not old.any() and new_rows is None:
+            return
+        if new_rows is not None and _same_rows(self.rows.filter(pa.array(old)), new_rows):
+            return  # unchanged (the usual case): keep the rows and their index
+        kept = self.rows.filter(pa.array(~old))
+        parts = [kept] if new_rows is None else [kept, new_rows.cast(kept.schema)]
+        self.rows = pa.concat_tables(parts).combine_chunks()
+        n_new = 0 if new_rows is None else new_rows.num_rows
+        self.tags = np.concatenate([self.tags[~old], np.full(n_new, k, np.int32)])
+        self.refreshed += 1
+        self._index()
 
     def end_cycle(self, v_r: float, v_s: float, master_schema: pa.Schema) -> None:
         """End the master's R-cycle: admit, evict, pick the next candidates."""
         counts = self._merged_counts() if self.counts else None
         self.counts = []
-        pools: list[tuple[pa.Table, pa.Table]] = []  # (keys, rows)
-        if self.keys is not None and self.rows is not None:
-            pools.append((self.keys, self.rows))
+        pools: list[tuple[pa.Table, pa.Table, np.ndarray]] = []  # (keys, rows, their partitions)
+        if self.keys is not None and self.rows is not None and self.tags is not None:
+            pools.append((self.keys, self.rows, self.tags))
         if self.collecting and self.cand is not None:
             rows = pa.concat_tables(self.collected) if self.collected else master_schema.empty_table()
-            pools.append((self.cand.select([f"k{i}" for i in range(self.n)]), rows))
-        self.collected = []
+            tags = np.concatenate(self.collected_tags) if self.collected_tags else np.zeros(0, np.int32)
+            pools.append((self.cand.select([f"k{i}" for i in range(self.n)]), rows, tags))
+        self.collected, self.collected_tags = [], []
         self.collecting = False
         keep_keys: list[pa.Table] = []
         keep_rows: list[pa.Table] = []
+        keep_tags: list[np.ndarray] = []
         if counts is not None and pools:
             cidx = KeyIndex(_keys(counts, self.n))
             n_all = counts.column("n").to_numpy()
             # (benefit, pool, value position, bytes) of every value the inequality admits
             entries: list[tuple[float, int, int, float]] = []
             matches: list[tuple[np.ndarray, np.ndarray]] = []
-            for pi, (keys, rows) in enumerate(pools):
+            for pi, (keys, rows, _) in enumerate(pools):
                 kidx = KeyIndex(_keys(keys, self.n))
                 r_left, r_right = kidx.match([rows.column(c) for c in self.key_cols])
                 matches.append((r_left, r_right))
@@ -144,13 +190,16 @@ class EdgeCache:
                 if used + size <= self.capacity:
                     used += size
                     chosen[pi].append(j)
-            for (keys, rows), js, (r_left, r_right) in zip(pools, chosen, matches, strict=True):
+            for (keys, rows, tags), js, (r_left, r_right) in zip(pools, chosen, matches, strict=True):
                 if js:
                     sel = np.asarray(sorted(js), np.int64)
+                    take = r_left[np.isin(r_right, sel)]
                     keep_keys.append(keys.take(sel))
-                    keep_rows.append(rows.take(r_left[np.isin(r_right, sel)]))
+                    keep_rows.append(rows.take(take))
+                    keep_tags.append(tags[take])
         self.keys = pa.concat_tables(keep_keys, promote_options="permissive") if keep_keys else None
         self.rows = pa.concat_tables(keep_rows, promote_options="permissive").combine_chunks() if keep_rows else None
+        self.tags = np.concatenate(keep_tags).astype(np.int32) if keep_rows else None
         self.admitted = 0 if self.keys is None else self.keys.num_rows
         self._index()
         # next candidates: the most frequent values not cached, seen at least twice
@@ -175,6 +224,7 @@ class EdgeCache:
     def nbytes(self) -> int:
         """Bytes of the cached rows and keys, the candidates, the collected rows and the counts."""
         total = sum(t.nbytes for t in self.collected) + sum(t.nbytes for t in self.counts)
+        total += sum(t.nbytes for t in self.collected_tags) + (0 if self.tags is None else self.tags.nbytes)
         for t in (self.rows, self.keys, self.cand):
             if t is not None:
                 total += t.nbytes
@@ -188,16 +238,33 @@ class EdgeCache:
         """State as tables (for a checkpoint)."""
         collected = pa.concat_tables(self.collected) if self.collected else None
         counts = self._merged_counts() if self.counts else None
-        return {"rows": self.rows, "keys": self.keys, "cand": self.cand, "collected": collected, "counts": counts}
+        tags = None if self.tags is None else pa.table({"partition": self.tags})
+        ctags = pa.table({"partition": np.concatenate(self.collected_tags)}) if self.collected_tags else None
+        return {
+            "rows": self.rows,
+            "keys": self.keys,
+            "cand": self.cand,
+            "collected": collected,
+            "counts": counts,
+            "tags": tags,
+            "collected_tags": ctags,
+        }
 
     def load(self, tables: dict[str, pa.Table | None], collecting: bool) -> None:
         """Restore from :meth:`tables`."""
         self.rows, self.keys, self.cand = tables["rows"], tables["keys"], tables["cand"]
+        tags, ctags = tables.get("tags"), tables.get("collected_tags")
+        self.tags = None if tags is None else tags.column("partition").to_numpy().astype(np.int32)
         c = tables["collected"]
         self.collected = [c] if c is not None else []
+        self.collected_tags = [] if ctags is None else [ctags.column("partition").to_numpy().astype(np.int32)]
         n = tables["counts"]
         self.counts = [n] if n is not None else []
         self.collecting = collecting
+        if self.rows is not None and self.tags is None:  # written before rows knew their partition
+            self.rows = self.keys = None  # served again by the scan until re-admitted (never stale)
+        if self.collected and not self.collected_tags:
+            self.collected, self.collecting = [], False
         self._index()
         self._cand_idx = KeyIndex(_keys(self.cand, self.n)) if self.cand is not None else None
         self.admitted = 0 if self.keys is None else self.keys.num_rows

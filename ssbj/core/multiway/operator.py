@@ -398,7 +398,7 @@ class MultiWayJoin:
         if cache is not None:
             if k == 0 and cache.cand is not None:
                 cache.collecting = True
-            cache.collect(part)
+            cache.collect(part, k)
         idx = KeyIndex([part.column(c) for c in p.key_cols]) if part.num_rows else None
         still: list[Chunk] = []
         for ch in self._chunks[p.index]:

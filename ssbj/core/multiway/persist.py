@@ -21,7 +21,7 @@ from ssbj.errors import CheckpointError
 if TYPE_CHECKING:
     from ssbj.core.multiway.operator import MultiWayJoin
 
-CACHE_TABLES = ("rows", "keys", "cand", "collected", "counts")
+CACHE_TABLES = ("rows", "keys", "cand", "collected", "counts", "tags", "collected_tags")
 
 
 def _holt(d: dict[str, Any]) -> Holt:
