@@ -279,7 +279,7 @@ def resident_view(op: SemiStreamJoin, p: int) -> pa.Table | None:
     if not part.schema.equals(op._master_layout):
         part = plain_table(part)
     col = part.column(0)
-    if col.type != pa.int64() or col.null_count or col.num_chunks > 1:
+    if col.type != pa.int64() or col.null_count or col.num_chunks != 1:  # (an empty table may have no chunk)
         return None
     return part
 

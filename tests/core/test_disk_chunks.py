@@ -216,6 +216,22 @@ def test_resident_partition_probed_in_one_pass_as_in_pieces(sc: dict[str, Any]) 
     assert all(s - sc["pieces"] <= r <= s for r, s in zip(charged_r, charged_s, strict=True))
 
 
+@pytest.mark.parametrize("rows", [0, 3])
+def test_resident_partition_without_chunks(rows: int) -> None:
+    """A resident R whose partitions have no chunk at all (built from no batches) or one: exact either way."""
+    schema = pa.schema([("mk", pa.int64()), ("mval", pa.int64())])
+    batches = [pa.record_batch([pa.array(range(rows), pa.int64())] * 2, schema=schema)] if rows else []
+    table = pa.Table.from_batches(batches, schema)
+    stream = pa.table({"sid": pa.array(range(6), pa.int64()), "sk": pa.array([0, 1, 2, 5, None, 1], pa.int64())})
+    op = SemiStreamJoin(
+        JoinSpec("sk", "mk", ("mval", "mk"), disk_chunk_rows=1), ArrowMaster(table, 2), stream.schema, schema
+    )
+    out: Counter[Any] = Counter()
+    for r in op.run(stream.to_batches()):
+        out += as_multiset(r.enriched)
+    assert out == batch_join(stream, table, "sk", "mk", ["mval", "mk"])
+
+
 def test_master_without_pieces_is_read_and_charged_whole() -> None:
     keys = [i % 7 for i in range(100)]
     stream = pa.table(
