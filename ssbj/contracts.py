@@ -116,6 +116,21 @@ class MasterChunks(Protocol):
         ...
 
 
+@runtime_checkable
+class MasterResident(Protocol):
+    """A master scan whose partitions are already in memory (an Arrow table), so reading one copies nothing.
+
+    Optional, beside :class:`MasterChunks`: the disk phase then probes a view of the
+    partition in one compiled pass instead of asking for pieces one by one (a piece of a
+    resident partition is a view too: there is nothing to hold or to read). It still
+    charges the disk buffer one piece, what a streaming read of the same R would hold.
+    """
+
+    def resident_partition(self, p: int) -> pa.Table:
+        """Partition ``p`` as a zero-copy view of rows the scan already holds."""
+        ...
+
+
 PARTITION_COLUMN = "__ssbj_partition"
 """Column a :class:`MasterLookup` adds to each row: the index of the scan partition holding it."""
 

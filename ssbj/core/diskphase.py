@@ -29,7 +29,7 @@ from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
 from ssbj.core.interest import interest_test
-from ssbj.core.keys import encode_keys
+from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.switching import cache_empties
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 INCREMENTING = 1
 SWITCHING = 2
+_ALL_VALID = np.zeros(0, dtype=bool)  # a validity array of no rows: every key is valid
 
 
 @njit(cache=True)
@@ -85,6 +86,7 @@ def disk_probe(
     the step's transient memory.
     """
     b = mkeys.shape[0]
+    every = mvalid.shape[0] == 0  # no NULL keys: no validity array
     pm = np.empty(min(b, 1024), dtype=np.int64)
     psl = np.empty(min(b, 1024), dtype=np.int64)
     look = (fsm == INCREMENTING) | (fsm == SWITCHING) | refresh
@@ -101,7 +103,7 @@ def disk_probe(
     nrf = 0
     n_empty = 0
     for i in range(b):
-        if not mvalid[i]:
+        if not every and not mvalid[i]:
             continue
         key = mkeys[i]
         h = mix(key)
@@ -233,15 +235,24 @@ def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Ta
     statistics, s_B, the scan bookkeeping and the matched flags accumulate per piece as
     they would over the whole partition (H_S and H_R do not change during the disk
     phase); the cache refresh runs once per partition (:class:`RefreshRows`).
+
+    A master whose partitions are already in memory (:class:`ssbj.contracts.MasterResident`)
+    is probed in one compiled pass over a view of the partition when its keys need no
+    encoding (int64, no NULLs): nothing is read or copied, so there is no piece to hold,
+    and the disk buffer is still charged one piece (what a streaming read would hold).
     """
     rows = op.spec.disk_chunk_rows
+    t0 = time.perf_counter()
+    view = resident_view(op, p) if rows is not None else None
+    if view is not None:
+        waited = time.perf_counter() - t0
+        acc = _accumulator(op, True)
+        op._disk_buffer_bytes = 0
+        disk_phase(op, p, view, fsm, pairs, acc, charge_rows=rows)
+        return _finish(op, p, acc, pairs, view.num_rows), waited
     whole = rows is None or getattr(op.master, "read_partition_chunks", None) is None
     pieces = partition_pieces(op.master, p, rows)
-    acc = RefreshRows(whole)
-    # the same for every piece: H_S, H_R and the statistics do not change during the disk phase
-    cache = op.cache
-    acc.refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
-    acc.costs = (op.tuple_cost(), op.row_cost(), op.entry_cost())
+    acc = _accumulator(op, whole)
     op._disk_buffer_bytes = 0
     n = 0
     waited = 0.0
@@ -256,11 +267,38 @@ def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Ta
             part = plain_table(part)
         n += part.num_rows
         disk_phase(op, p, part, fsm, pairs, acc)
+    return _finish(op, p, acc, pairs, n), waited
+
+
+def resident_view(op: SemiStreamJoin, p: int) -> pa.Table | None:
+    """Partition p as a view of a resident master with int64 keys and no NULLs, else None."""
+    get = getattr(op.master, "resident_partition", None)
+    if get is None:
+        return None
+    part = get(p).select(op._mcols)
+    if not part.schema.equals(op._master_layout):
+        part = plain_table(part)
+    col = part.column(0)
+    if col.type != pa.int64() or col.null_count or col.num_chunks != 1:  # (an empty table may have no chunk)
+        return None
+    return part
+
+
+def _accumulator(op: SemiStreamJoin, whole: bool) -> RefreshRows:
+    acc = RefreshRows(whole)
+    # the same for every piece: H_S, H_R and the statistics do not change during the disk phase
+    cache = op.cache
+    acc.refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
+    acc.costs = (op.tuple_cost(), op.row_cost(), op.entry_cost())
+    return acc
+
+
+def _finish(op: SemiStreamJoin, p: int, acc: RefreshRows, pairs: list[tuple[pa.Table, pa.Table]], n: int) -> int:
     if acc.slots:
         _pairs(op, acc, pairs)
     if n and acc.refresh:
         acc.finish(op, p)
-    return n, waited
+    return n
 
 
 def _pairs(op: SemiStreamJoin, acc: RefreshRows, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
@@ -279,16 +317,31 @@ def _pairs(op: SemiStreamJoin, acc: RefreshRows, pairs: list[tuple[pa.Table, pa.
 
 
 def disk_phase(
-    op: SemiStreamJoin, p: int, part: pa.Table, fsm: int, pairs: list[tuple[pa.Table, pa.Table]], acc: RefreshRows
+    op: SemiStreamJoin,
+    p: int,
+    part: pa.Table,
+    fsm: int,
+    pairs: list[tuple[pa.Table, pa.Table]],
+    acc: RefreshRows,
+    charge_rows: int | None = None,
 ) -> None:
-    """Probe H_S with one piece of partition p held in the disk buffer (lines 24-38)."""
-    mk = encode_keys(part.column(0), op._family)
+    """Probe H_S with one piece of partition p held in the disk buffer (lines 24-38).
+
+    ``charge_rows``: ``part`` is a resident partition's view (int64 keys, no NULLs, see
+    :func:`resident_view`), probed whole, with the disk buffer charged pieces of that many rows.
+    """
+    if charge_rows is None:
+        mk = encode_keys(part.column(0), op._family)
+    else:  # the key column itself, and no validity array (an empty one means all valid)
+        mk = EncodedKeys(np.asarray(part.column(0).chunk(0).to_numpy(zero_copy_only=True)), _ALL_VALID)
     # int64 keys without NULLs are a view of the partition's own buffer (ssbj.core.keys)
     own = mk.values.flags.owndata or mk.values.base is None
     keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
+    if charge_rows is not None:
+        _charge_pieces(op, part, charge_rows, keys_bytes)
     # the largest piece of the partition (a piece's nbytes costs ~16 us: with fixed-width
     # columns only, bytes grow with rows, so only a piece with more rows can be larger)
-    if part.num_rows > acc.max_rows or not op._master_fixed:
+    elif part.num_rows > acc.max_rows or not op._master_fixed:
         acc.max_rows = max(acc.max_rows, part.num_rows)
         nbytes = int(part.nbytes) + keys_bytes
         if nbytes >= op._disk_buffer_bytes:
@@ -360,10 +413,26 @@ def disk_phase(
         acc.keep(op, take_rows(part, rows), mk.values, rows, len(rf_row), rf_slot)
 
 
+def _charge_pieces(op: SemiStreamJoin, part: pa.Table, rows: int, keys_bytes: int) -> None:
+    """Charge the disk buffer the largest piece of ``rows`` rows of a resident partition (and its keys)."""
+    n = part.num_rows
+    if op._master_fixed:  # bytes grow with rows alone: measured once per piece size (a slice's nbytes ~100 us)
+        m = min(n, rows)
+        if m not in op._piece_bytes:
+            op._piece_bytes[m] = int(part.slice(0, m).nbytes)
+        nbytes = op._piece_bytes[m]
+    elif n <= rows:
+        nbytes = int(part.nbytes)
+    else:
+        nbytes = max(int(part.slice(i, rows).nbytes) for i in range(0, n, rows))
+    op._disk_keys_bytes = keys_bytes
+    op._disk_buffer_bytes = nbytes + keys_bytes
+
+
 def note_scan(op: SemiStreamJoin, keys: np.ndarray, valid: np.ndarray) -> None:
-    """Every key the scan reads: into the R-filter, and the R-cycle's rows and key range."""
+    """Every key the scan reads: into the R-filter, and the R-cycle's rows and key range (``valid`` empty: all)."""
     op.rfilter.add(keys, valid)
-    v = keys[valid]
+    v = keys if len(valid) == 0 else keys[valid]
     sc = op._scan
     sc[0] += len(v)
     if len(v):

@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssbj.contracts import PARTITION_COLUMN, MasterChunks, MasterScan
+from ssbj.contracts import PARTITION_COLUMN, MasterChunks, MasterResident, MasterScan
 from ssbj.core.arrowtypes import plain_table
 from ssbj.errors import ConfigError
 
-__all__ = ["ArrowMaster", "MasterChunks", "MasterScan", "partition_pieces"]
+__all__ = ["ArrowMaster", "MasterChunks", "MasterResident", "MasterScan", "partition_pieces"]
 
 
 class ArrowMaster:
@@ -46,6 +46,10 @@ class ArrowMaster:
     def read_partition(self, p: int) -> pa.Table:
         """Slice ``p`` of R."""
         return self._table.slice(p * self._b, self._b)
+
+    def resident_partition(self, p: int) -> pa.Table:
+        """Slice ``p`` of R, a zero-copy view (:class:`ssbj.contracts.MasterResident`)."""
+        return self.read_partition(p)
 
     def read_partition_chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
         """Slice ``p`` of R in zero-copy pieces of at most ``rows`` rows (:class:`MasterChunks`)."""

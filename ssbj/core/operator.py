@@ -158,6 +158,7 @@ class SemiStreamJoin:
         self._disk_buffer_bytes = 0
         self._disk_keys_bytes = 0  # the disk buffer's encoded keys and validity
         self._disk_buffer_peak = 0
+        self._piece_bytes: dict[int, int] = {}  # nbytes of a resident partition's piece of n rows (fixed-width R)
         self._transient = 0  # bytes of the current step's temporaries
         self._transient_peak = 0
         self._transient_per_tuple = 0.0  # most temporaries per tuple in H_S (ssbj.core.budget)

@@ -68,10 +68,11 @@ def rf_test(bits: np.ndarray, mode: int, base: int, nbits: int, oor: bool, key: 
 def rf_add(
     bits: np.ndarray, mode: int, base: int, nbits: int, keys: np.ndarray, valid: np.ndarray
 ) -> bool:  # pragma: no cover
-    """Add the valid ``keys``; returns whether one fell outside a bitmap's range."""
+    """Add the valid ``keys`` (``valid`` empty: all are); returns whether one fell outside a bitmap's range."""
     oor = False
+    every = valid.shape[0] == 0
     for i in range(keys.shape[0]):
-        if not valid[i]:
+        if not every and not valid[i]:
             continue
         key = keys[i]
         if mode == BITMAP:

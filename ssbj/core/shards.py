@@ -239,6 +239,10 @@ class ShardedArrowMaster:
         """Partition ``p`` of the share."""
         return self._inner.read_partition(p)
 
+    def resident_partition(self, p: int) -> pa.Table:
+        """Partition ``p`` of the share, a zero-copy view (:class:`ssbj.contracts.MasterResident`)."""
+        return self._inner.resident_partition(p)
+
     def read_partition_chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
         """Partition ``p`` of the share in pieces of at most ``rows`` rows."""
         return self._inner.read_partition_chunks(p, rows)

@@ -80,6 +80,12 @@ class WholeMaster(MutableMaster):
     read_partition_chunks = None  # type: ignore[assignment]
 
 
+class StreamingArrowMaster(ArrowMaster):
+    """The same in-memory R without :class:`ssbj.contracts.MasterResident`: read in pieces."""
+
+    resident_partition = None  # type: ignore[assignment]
+
+
 @st.composite
 def scenario(draw: Any) -> dict[str, Any]:
     master_keys = draw(st.lists(KEY, max_size=40))
@@ -179,6 +185,51 @@ def test_pieces_step_for_step_as_whole_partitions_while_r_changes(sc: dict[str, 
         return got
 
     assert steps(sc["pieces"]) == steps(None)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenario())
+def test_resident_partition_probed_in_one_pass_as_in_pieces(sc: dict[str, Any]) -> None:
+    """An in-memory R probed whole (int64 keys, no NULLs in the partition) gives what its pieces give.
+
+    Partitions with NULL keys go the pieces' way; the disk buffer is charged one piece
+    either way (the resident pass holds no validity array).
+    """
+    stream = _stream(sc)
+    table = MutableMaster(sc["master_keys"], sc["b"]).table()
+
+    def steps(master: ArrowMaster) -> tuple[list[tuple[Counter[Any], Counter[Any], int]], list[int]]:
+        op = SemiStreamJoin(_spec(sc, sc["pieces"], budget=False), master, stream.schema, table.schema)
+        for b in stream.to_batches(max_chunksize=sc["batch"]):
+            op.push(b)
+        got, charged = [], []
+        while op.waiting_tuples:
+            r = op.step()
+            got.append((as_multiset(r.enriched), as_multiset(r.unmatched), r.metrics.b))
+            charged.append(r.metrics.memory.disk_buffer)
+        return got, charged
+
+    resident, charged_r = steps(ArrowMaster(table, sc["b"]))
+    streamed, charged_s = steps(StreamingArrowMaster(table, sc["b"]))
+    assert resident == streamed
+    # the pieces' validity arrays (1 B a row) are all that the resident pass does not hold
+    assert all(s - sc["pieces"] <= r <= s for r, s in zip(charged_r, charged_s, strict=True))
+
+
+@pytest.mark.parametrize("rows", [0, 3])
+def test_resident_partition_without_chunks(rows: int) -> None:
+    """A resident R whose partitions have no chunk at all (built from no batches) or one: exact either way."""
+    schema = pa.schema([("mk", pa.int64()), ("mval", pa.int64())])
+    batches = [pa.record_batch([pa.array(range(rows), pa.int64())] * 2, schema=schema)] if rows else []
+    table = pa.Table.from_batches(batches, schema)
+    stream = pa.table({"sid": pa.array(range(6), pa.int64()), "sk": pa.array([0, 1, 2, 5, None, 1], pa.int64())})
+    op = SemiStreamJoin(
+        JoinSpec("sk", "mk", ("mval", "mk"), disk_chunk_rows=1), ArrowMaster(table, 2), stream.schema, schema
+    )
+    out: Counter[Any] = Counter()
+    for r in op.run(stream.to_batches()):
+        out += as_multiset(r.enriched)
+    assert out == batch_join(stream, table, "sk", "mk", ["mval", "mk"])
 
 
 def test_master_without_pieces_is_read_and_charged_whole() -> None:
