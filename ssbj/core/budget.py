@@ -48,7 +48,8 @@ class Plan:
     per_tuple: float = 0.0  # bytes one waiting tuple costs in H_S
 
 
-VALUES_MARGIN = 1.15  # the value index is planned for this many times the values measured per tuple
+VALUES_MARGIN = 1.05  # the value index is planned for this many times the values measured per tuple
+VALUES_SLACK = 0.01  # plus this share of the slots
 MIN_MEASURED = 256  # live tuples before the measured values per tuple replace the worst case (1)
 
 
@@ -62,7 +63,7 @@ def values_per_tuple(op: SemiStreamJoin) -> float:
     hs = op.hs
     if hs.live < MIN_MEASURED:
         return 1.0
-    return min(1.0, VALUES_MARGIN * hs.values / hs.live + 0.02)
+    return min(1.0, VALUES_MARGIN * hs.values / hs.live + VALUES_SLACK)
 
 
 def per_tuple_bytes(op: SemiStreamJoin) -> float:
