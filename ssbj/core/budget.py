@@ -216,7 +216,7 @@ def breakdown(op: SemiStreamJoin) -> dict[str, float]:
     hs, cache = op.hs, op.cache
     live = hs.live
     hs_total = hs.nbytes()
-    index = int(hs.hix.nbytes + hs.htag.nbytes)
+    index = int(hs.hix.nbytes)
     keys_links = live * (op._key_overhead + 4)  # beyond the row's own key bytes: link, key copy
     rows = hs.row_bytes  # the live tuples' raw projected rows (v_S each)
     mem = op.memory()

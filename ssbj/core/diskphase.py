@@ -55,7 +55,6 @@ def disk_probe(
     mkeys: np.ndarray,
     mvalid: np.ndarray,
     hix: np.ndarray,
-    htag: np.ndarray,
     ring_key: np.ndarray,
     link: np.ndarray,
     cap: int,
@@ -105,7 +104,7 @@ def disk_probe(
             continue
         key = mkeys[i]
         h = mix(key)
-        _, s = ix_find(hix, htag, ring_key, cap, hi, key, h)
+        _, s = ix_find(hix, ring_key, cap, hi, key, h)
         n = 0
         while s >= lo:
             if k == pm.shape[0]:
@@ -316,7 +315,6 @@ def disk_phase(
         mk.values,
         mk.valid,
         hs.hix,
-        hs.htag,
         hs.ring_key,
         hs.link,
         hs.cap,
@@ -379,7 +377,6 @@ def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:
         base, n, _, nbytes = hs.queue.pop()
         um, live, empties, gone = hs_expire(
             hs.hix,
-            hs.htag,
             hs.ring_key,
             hs.link,
             hs.cap,

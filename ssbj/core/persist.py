@@ -268,7 +268,6 @@ def _load_hs(op: SemiStreamJoin, store: DirectoryStore, m: dict[str, Any], array
     _, last = np.unique(keys[::-1], return_index=True)
     heads = slots[::-1][last]
     hs.hix = np.full(max(m["index_cap"], 8), EMPTY, dtype=np.uint32)
-    hs.htag = np.zeros(len(hs.hix), dtype=np.uint8)
-    ix_rebuild(hs.hix, hs.htag, heads.astype(np.int64), hs.ring_key, cap, hi)
+    ix_rebuild(hs.hix, heads.astype(np.int64), hs.ring_key, cap)
     hs.values = len(heads)
     hs.live, hs.row_bytes = m["hs_live"], m["hs_row_bytes"]
