@@ -6,8 +6,9 @@ been read, so the disk buffer is measured) H_S gets what the other structures le
     avail = budget - disk buffer - prefetch reserve - H_R - s_B reserve - value statistics
             - R-filter - Q - temporaries
 
-and the ring of H_S is re-laid out to hold ``(k + 1)`` chunks of ``w`` tuples (k chunks
-wait, one more enters before the oldest expires), each tuple costing its row bytes,
+and the ring of H_S is re-laid out to hold ``k`` chunks of ``w`` tuples (a chunk enters in
+the step's cache phase and the oldest leaves at the end of the step's disk phase after
+meeting all k partitions, so at most k chunks are live), each tuple costing its row bytes,
 its encoded key and link, and a worst-case share of the value index (every tuple a
 value of its own), so the budget holds whatever the key distribution. The s_B reserve is
 the largest switching buffer seen: when s_B moves into H_R at phase-out, that reserve
@@ -47,7 +48,8 @@ class Plan:
     per_tuple: float = 0.0  # bytes one waiting tuple costs in H_S
 
 
-VALUES_MARGIN = 1.15  # the value index is planned for this many times the values measured per tuple
+VALUES_MARGIN = 1.05  # the value index is planned for this many times the values measured per tuple
+VALUES_SLACK = 0.01  # plus this share of the slots
 MIN_MEASURED = 256  # live tuples before the measured values per tuple replace the worst case (1)
 
 
@@ -61,7 +63,7 @@ def values_per_tuple(op: SemiStreamJoin) -> float:
     hs = op.hs
     if hs.live < MIN_MEASURED:
         return 1.0
-    return min(1.0, VALUES_MARGIN * hs.values / hs.live + 0.02)
+    return min(1.0, VALUES_MARGIN * hs.values / hs.live + VALUES_SLACK)
 
 
 def per_tuple_bytes(op: SemiStreamJoin) -> float:
@@ -104,18 +106,36 @@ def adapt(op: SemiStreamJoin) -> None:
         # nothing measured yet: the planned chunk size, a ring for one R-cycle of it
         per = max(op._vs_avg, 1.0)
         w = max(1, int(op._chunk_bytes / per))
-        _set_ring(op, (k + 1) * w, w, per)
+        _set_ring(op, k * w, w, per)
         return
-    op.stats.limit_bytes(int(STATS_SHARE * budget))
+    if op._use_cache:
+        op.stats.limit_bytes(int(STATS_SHARE * budget))
     op._values_share = values_per_tuple(op)
     avail = budget - fixed_bytes(op)
     per = per_tuple_bytes(op)
-    w = max(1, int(avail / ((k + 1) * per)))
+    w = max(1, int(avail / ((k + 1 if cushion_ahead(op) else k) * per)))
     if op.spec.min_chunk_bytes > 1 and op._vs_avg > 0:
         w = max(w, int(op.spec.min_chunk_bytes / op._vs_avg))
     op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
-    op._plan = Plan(w, (k + 1) * w, avail, per)
-    _set_ring(op, (k + 1) * w, w, per)
+    chunks = k + 1 if cushion_ahead(op) else k
+    op._plan = Plan(w, chunks * w, avail, per)
+    _set_ring(op, chunks * w, w, per)
+
+
+def cushion_ahead(op: SemiStreamJoin) -> bool:
+    """Whether the ring keeps one chunk spare this R-cycle: a structure may appear at the next R-cycle start.
+
+    The ring cannot shrink under its live span ((k - 1) chunks of this R-cycle's w) when
+    the next R-cycle starts, so a structure that appears then (the first disk buffer and
+    s_B in the warm-up, an R-filter (re)built at R-cycle 3 and every eviction R-cycle) must
+    find its bytes in the ring this R-cycle already. Otherwise at most k chunks are live.
+    """
+    nxt = op._rc + 1
+    if not op._use_cache:
+        return nxt <= 1
+    if nxt <= 3:
+        return True
+    return op.spec.r_filter != "off" and nxt % op.spec.eviction_interval == 0
 
 
 def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
@@ -196,7 +216,7 @@ def breakdown(op: SemiStreamJoin) -> dict[str, float]:
     hs, cache = op.hs, op.cache
     live = hs.live
     hs_total = hs.nbytes()
-    index = int(hs.hix.nbytes + hs.htag.nbytes)
+    index = int(hs.hix.nbytes)
     keys_links = live * (op._key_overhead + 4)  # beyond the row's own key bytes: link, key copy
     rows = hs.row_bytes  # the live tuples' raw projected rows (v_S each)
     mem = op.memory()

@@ -146,7 +146,6 @@ def hs_add(op: SemiStreamJoin, table: pa.Table, keys: np.ndarray, nbytes: int) -
     hs.values += int(
         hs_insert(
             hs.hix,
-            hs.htag,
             hs.ring_key,
             hs.link,
             hs.cap,

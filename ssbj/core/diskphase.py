@@ -56,7 +56,6 @@ def disk_probe(
     mkeys: np.ndarray,
     mvalid: np.ndarray,
     hix: np.ndarray,
-    htag: np.ndarray,
     ring_key: np.ndarray,
     link: np.ndarray,
     cap: int,
@@ -107,7 +106,7 @@ def disk_probe(
             continue
         key = mkeys[i]
         h = mix(key)
-        _, s = ix_find(hix, htag, ring_key, cap, hi, key, h)
+        _, s = ix_find(hix, ring_key, cap, hi, key, h)
         n = 0
         while s >= lo:
             if k == pm.shape[0]:
@@ -369,7 +368,6 @@ def disk_phase(
         mk.values,
         mk.valid,
         hs.hix,
-        hs.htag,
         hs.ring_key,
         hs.link,
         hs.cap,
@@ -448,7 +446,6 @@ def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:
         base, n, _, nbytes = hs.queue.pop()
         um, live, empties, gone = hs_expire(
             hs.hix,
-            hs.htag,
             hs.ring_key,
             hs.link,
             hs.cap,

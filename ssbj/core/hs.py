@@ -5,13 +5,14 @@ value (``ring_key``, 8 bytes; for exact key types this *is* the key column, whic
 ring then does not store again) and a 4-byte ``link``: the distance to the previous
 tuple of the same value (a chain, newest to oldest) with two flag bits, *matched*
 (it met a master row) and *removed* (it left H_S early, when its value moved to the
-cache). Per join value H_S holds one 4-byte index slot pointing at the value's newest
-tuple; the index stores no key (the key is read from ``ring_key`` of that tuple), so a
-value costs 4 bytes / load and nothing else. How many tuples a value has (``n`` of the
+cache). Per join value H_S holds one 4-byte index word pointing at the value's newest
+tuple: in a ring of fewer than 2**24 slots, its slot modulo 2**24 and an 8-bit hash tag
+(a probe reads the tuple's key only when the tag matches); in a larger ring, the slot
+modulo 2**32 - 1 alone. The index stores no key (the key is read from ``ring_key`` of
+that tuple), so a value costs 4 bytes / load and nothing else. How many tuples a value has (``n`` of the
 cache inequality) is the length of its chain, counted when it is needed.
 
-The queue Q holds one record per chunk: first slot, size, the partition loaded in the
-step it entered (so it expires after meeting all k partitions) and its row bytes.
+The queue Q (:mod:`ssbj.core.queue`) holds one record per chunk.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from numba import njit
 from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
 from ssbj.core.interest import interest_set
 from ssbj.core.keys import decode_keys
+from ssbj.core.queue import Queue
 from ssbj.core.ringstore import RowRing
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
@@ -31,9 +33,12 @@ MATCHED = np.uint32(1 << 31)
 REMOVED = np.uint32(1 << 30)
 DELTA = np.uint32((1 << 30) - 1)
 FLAGS = np.uint32(MATCHED | REMOVED)
-M32 = np.int64((1 << 32) - 1)  # slots are stored modulo this in the index
-EMPTY = np.uint32(0xFFFFFFFF)  # never a residue modulo M32
-INDEX_SLOT = 5  # bytes per index slot: slot (4) and hash tag (1)
+M32 = np.int64((1 << 32) - 1)  # slots of a large ring are stored modulo this in the index
+SLOT_BITS = 24  # a ring of fewer than 2**SLOT_BITS slots: slot residue and an 8-bit tag per word
+SMALL = 1 << SLOT_BITS
+RES = np.int64(SMALL - 1)
+EMPTY = np.uint32(0xFFFFFFFF)  # never a word: tags stop at 254, large-ring residues at 2**32 - 2
+INDEX_SLOT = 4  # bytes per index word
 
 # Fields of the value-statistics payload (see ssbj.core.stats).
 ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
@@ -45,41 +50,50 @@ ST_FIELDS = 5
 
 
 @njit(cache=True, inline="always")
-def enc(s: int) -> np.uint32:  # pragma: no cover - compiled
-    """Index entry of slot ``s``."""
+def tag_of(h: np.uint64) -> np.int64:  # pragma: no cover - compiled
+    """8-bit tag of hash ``h``, 0-254 (255 would let a word be EMPTY)."""
+    t = np.int64(h & np.uint64(0xFF))
+    return t if t != 255 else np.int64(254)
+
+
+@njit(cache=True, inline="always")
+def enc(s: int, h: np.uint64, cap: int) -> np.uint32:  # pragma: no cover - compiled
+    """Index word of slot ``s`` (of a value with hash ``h``) in a ring of ``cap`` slots."""
+    if cap < SMALL:
+        return np.uint32((tag_of(h) << SLOT_BITS) | (s & RES))
     return np.uint32(s % M32)
 
 
 @njit(cache=True, inline="always")
-def dec(v: np.uint32, hi: int) -> int:  # pragma: no cover - compiled
-    """Slot of index entry ``v``, given that it is one of the live slots below ``hi``."""
+def dec(v: np.uint32, hi: int, cap: int) -> int:  # pragma: no cover - compiled
+    """Slot of index word ``v``, given that it is one of the live slots below ``hi``."""
+    if cap < SMALL:
+        return hi - ((hi - (np.int64(v) & RES)) & RES)
     d = (hi % M32 - np.int64(v) + M32) % M32
     return hi - d
 
 
 @njit(cache=True, inline="always")
-def tag_of(h: np.uint64) -> np.uint8:  # pragma: no cover - compiled
-    """One-byte tag of hash ``h``; 0 marks a free index slot, so tags are 1-255."""
-    t = np.uint8(h & np.uint64(0xFF))
-    return t if t != 0 else np.uint8(1)
+def tag_ok(v: np.uint32, h: np.uint64, cap: int) -> bool:  # pragma: no cover - compiled
+    """Whether word ``v`` may belong to a value with hash ``h`` (large rings keep no tag)."""
+    return cap >= SMALL or (np.int64(v) >> SLOT_BITS) == tag_of(h)
 
 
 @njit(cache=True, inline="always")
 def ix_find(
-    hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, key: int, h: np.uint64
+    hix: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, key: int, h: np.uint64
 ) -> tuple[int, int]:  # pragma: no cover
     """(index slot, newest live slot of ``key``); the slot is -1 and the index slot free if absent.
 
-    The probe walks the one-byte tags (0: free), a fifth of the index's bytes, and reads
-    the slot and ``ring_key`` (a random position) only when a tag matches: most master
-    rows have no tuple in H_S and never leave the tag array.
+    The probe reads a value's slot and ``ring_key`` (a random position) only when the
+    word's tag matches: most master rows have no tuple in H_S and never leave the index.
     """
-    n = htag.shape[0]
+    n = hix.shape[0]
     i = home(h, n)
-    tag = tag_of(h)
-    while htag[i] != 0:
-        if htag[i] == tag:
-            s = dec(hix[i], hi)
+    while hix[i] != EMPTY:
+        v = hix[i]
+        if tag_ok(v, h, cap):
+            s = dec(v, hi, cap)
             if ring_key[s % cap] == key:
                 return i, s
         i += 1
@@ -102,9 +116,7 @@ def chain_at_least(link: np.ndarray, cap: int, lo: int, s: int, n: int) -> bool:
 
 
 @njit(cache=True)
-def ix_delete(
-    hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, i: int
-) -> None:  # pragma: no cover
+def ix_delete(hix: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, i: int) -> None:  # pragma: no cover
     """Delete index slot ``i``, shifting the rest of its cluster back."""
     n = hix.shape[0]
     hole = i
@@ -113,44 +125,39 @@ def ix_delete(
         j += 1
         if j == n:
             j = 0
-        if htag[j] == 0:
+        if hix[j] == EMPTY:
             break
-        s = dec(hix[j], hi)
+        s = dec(hix[j], hi, cap)
         if between(hole, home(mix(ring_key[s % cap]), n), j):
             continue
         hix[hole] = hix[j]
-        htag[hole] = htag[j]
         hole = j
     hix[hole] = EMPTY
-    htag[hole] = 0
 
 
 @njit(cache=True)
-def ix_rebuild(
-    hix: np.ndarray, htag: np.ndarray, heads: np.ndarray, ring_key: np.ndarray, cap: int, hi: int
-) -> None:  # pragma: no cover
+def ix_rebuild(hix: np.ndarray, heads: np.ndarray, ring_key: np.ndarray, cap: int) -> None:  # pragma: no cover
     """Insert the newest slots ``heads`` (one per value) into an empty index."""
     n = hix.shape[0]
     for t in range(heads.shape[0]):
         s = heads[t]
         h = mix(ring_key[s % cap])
         i = home(h, n)
-        while htag[i] != 0:
+        while hix[i] != EMPTY:
             i += 1
             if i == n:
                 i = 0
-        hix[i] = enc(s)
-        htag[i] = tag_of(h)
+        hix[i] = enc(s, h, cap)
 
 
 @njit(cache=True)
-def hs_heads(hix: np.ndarray, hi: int) -> np.ndarray:  # pragma: no cover
+def hs_heads(hix: np.ndarray, hi: int, cap: int) -> np.ndarray:  # pragma: no cover
     """Newest slot of every value in the index."""
     out = np.empty(hix.shape[0], dtype=np.int64)
     m = 0
     for i in range(hix.shape[0]):
         if hix[i] != EMPTY:
-            out[m] = dec(hix[i], hi)
+            out[m] = dec(hix[i], hi, cap)
             m += 1
     return out[:m]
 
@@ -158,7 +165,6 @@ def hs_heads(hix: np.ndarray, hi: int) -> np.ndarray:  # pragma: no cover
 @njit(cache=True, nogil=True)
 def hs_insert(
     hix: np.ndarray,
-    htag: np.ndarray,
     ring_key: np.ndarray,
     link: np.ndarray,
     cap: int,
@@ -187,7 +193,7 @@ def hs_insert(
         pos = s % cap
         ring_key[pos] = key
         h = mix(key)
-        i, g = ix_find(hix, htag, ring_key, cap, s + 1, key, h)
+        i, g = ix_find(hix, ring_key, cap, s + 1, key, h)
         had = g >= lo
         if had:
             d = s - g
@@ -195,8 +201,7 @@ def hs_insert(
         else:
             link[pos] = np.uint32(0)
             created += 1
-        hix[i] = enc(s)
-        htag[i] = tag_of(h)
+        hix[i] = enc(s, h, cap)
         if track:
             j = kset_slot(st_keys, st_used, key)
             if j >= 0:
@@ -218,7 +223,6 @@ def hs_insert(
 @njit(cache=True, nogil=True)
 def hs_expire(
     hix: np.ndarray,
-    htag: np.ndarray,
     ring_key: np.ndarray,
     link: np.ndarray,
     cap: int,
@@ -257,9 +261,9 @@ def hs_expire(
         if not matched:
             um[nu] = s
             nu += 1
-        i, g = ix_find(hix, htag, ring_key, cap, hi, key, mix(key))
+        i, g = ix_find(hix, ring_key, cap, hi, key, mix(key))
         if g == s:
-            ix_delete(hix, htag, ring_key, cap, hi, i)
+            ix_delete(hix, ring_key, cap, hi, i)
             gone += 1
         elif find_empties and not matched and g > s:
             c = 0
@@ -281,7 +285,6 @@ def hs_expire(
 @njit(cache=True)
 def hs_remove(
     hix: np.ndarray,
-    htag: np.ndarray,
     ring_key: np.ndarray,
     link: np.ndarray,
     cap: int,
@@ -293,7 +296,7 @@ def hs_remove(
     total = 0
     heads = np.empty(keys.shape[0], dtype=np.int64)
     for t in range(keys.shape[0]):
-        i, g = ix_find(hix, htag, ring_key, cap, hi, keys[t], mix(keys[t]))
+        i, g = ix_find(hix, ring_key, cap, hi, keys[t], mix(keys[t]))
         heads[t] = g
         s = g
         while s >= lo:
@@ -319,17 +322,17 @@ def hs_remove(
             if d == 0:
                 break
             s -= d
-        i, g = ix_find(hix, htag, ring_key, cap, hi, keys[t], mix(keys[t]))
-        ix_delete(hix, htag, ring_key, cap, hi, i)
+        i, g = ix_find(hix, ring_key, cap, hi, keys[t], mix(keys[t]))
+        ix_delete(hix, ring_key, cap, hi, i)
     return out[:m], which[:m]
 
 
 @njit(cache=True)
 def chain_length(
-    hix: np.ndarray, htag: np.ndarray, ring_key: np.ndarray, link: np.ndarray, cap: int, lo: int, hi: int, key: int
+    hix: np.ndarray, ring_key: np.ndarray, link: np.ndarray, cap: int, lo: int, hi: int, key: int
 ) -> int:  # pragma: no cover
     """Live tuples of ``key`` in H_S."""
-    _i, s = ix_find(hix, htag, ring_key, cap, hi, key, mix(key))
+    _i, s = ix_find(hix, ring_key, cap, hi, key, mix(key))
     n = 0
     while s >= lo:
         n += 1
@@ -338,66 +341,6 @@ def chain_length(
             break
         s -= d
     return n
-
-
-class Queue:
-    """Q: one record (first slot, tuples, partition at entry, row bytes) per chunk, FIFO."""
-
-    FIELDS = 4
-
-    def __init__(self, cap: int = 16) -> None:
-        self._a = np.zeros((cap, self.FIELDS), dtype=np.int64)
-        self._head = 0
-        self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the record array."""
-        return int(self._a.nbytes)
-
-    def push(self, base: int, n: int, p0: int, nbytes: int) -> None:
-        """Enqueue a chunk."""
-        if self._n == len(self._a):
-            self.resize(2 * len(self._a))
-        i = (self._head + self._n) % len(self._a)
-        self._a[i] = (base, n, p0, nbytes)
-        self._n += 1
-
-    def oldest(self) -> tuple[int, int, int, int]:
-        """Return (base, n, p0, nbytes) of the oldest chunk."""
-        r = self._a[self._head]
-        return int(r[0]), int(r[1]), int(r[2]), int(r[3])
-
-    def pop(self) -> tuple[int, int, int, int]:
-        """Dequeue the oldest chunk."""
-        r = self.oldest()
-        self._head = (self._head + 1) % len(self._a)
-        self._n -= 1
-        return r
-
-    def records(self) -> np.ndarray:
-        """All records, oldest first."""
-        idx = (self._head + np.arange(self._n)) % len(self._a)
-        out: np.ndarray = self._a[idx]
-        return out
-
-    def resize(self, cap: int) -> None:
-        """Room for ``cap`` chunks (never fewer than queued)."""
-        cap = max(cap, self._n, 1)
-        recs = self.records()
-        self._a = np.zeros((cap, self.FIELDS), dtype=np.int64)
-        self._a[: self._n] = recs
-        self._head = 0
-
-    def load(self, records: np.ndarray, cap: int) -> None:
-        """Replace by ``records`` (from :meth:`records`)."""
-        self._n = len(records)
-        self._a = np.zeros((max(cap, self._n, 1), self.FIELDS), dtype=np.int64)
-        self._a[: self._n] = records
-        self._head = 0
 
 
 class StreamTable:
@@ -413,7 +356,6 @@ class StreamTable:
         self.ring_key = np.zeros(cap, dtype=np.int64)
         self.link = np.zeros(cap, dtype=np.uint32)
         self.hix = np.full(capacity_for(16), EMPTY, dtype=np.uint32)
-        self.htag = np.zeros(len(self.hix), dtype=np.uint8)
         self.values = 0  # entries in the index (join values with live tuples)
         self.queue = Queue()
         self.live = 0  # live tuples (not removed, not expired)
@@ -442,7 +384,7 @@ class StreamTable:
 
     def nbytes(self) -> int:
         """Bytes held: rows, ring keys, links and the index."""
-        return int(self.rows.nbytes() + self.ring_key.nbytes + self.link.nbytes + self.hix.nbytes + self.htag.nbytes)
+        return int(self.rows.nbytes() + self.ring_key.nbytes + self.link.nbytes + self.hix.nbytes)
 
     def slot_bytes(self) -> float:
         """Bytes per slot of ring capacity (without string data and the value index)."""
@@ -458,6 +400,8 @@ class StreamTable:
         cap = max(cap, self.span, 1)
         if cap == self.cap and var_extra == 0:
             return
+        # the index words' layout depends on the ring's size class (see the module doc)
+        heads = hs_heads(self.hix, self.hi, self.cap) if (cap < SMALL) != (self.cap < SMALL) else None
         lo, hi = self.lo, self.hi
         live = np.arange(lo, hi, dtype=np.int64)
         old_pos, new_pos = live % self.cap, live % cap
@@ -467,6 +411,9 @@ class StreamTable:
         ln[new_pos] = self.link[old_pos]
         self.ring_key, self.link = rk, ln
         self.rows.set_capacity(cap, var_extra)
+        if heads is not None:
+            self.hix[:] = EMPTY
+            ix_rebuild(self.hix, heads, self.ring_key, cap)
 
     def reserve_values(self, n_new: int, max_cap: int = 1 << 62) -> None:
         """Room in the index for ``n_new`` more values below the maximum load (at most ``max_cap`` slots)."""
@@ -483,11 +430,10 @@ class StreamTable:
 
     def rebuild_index(self, cap: int) -> None:
         """Rebuild the index at ``cap`` slots."""
-        heads = hs_heads(self.hix, self.hi)
+        heads = hs_heads(self.hix, self.hi, self.cap)
         cap = max(cap, capacity_for(len(heads), MAX_LOAD))
         self.hix = np.full(cap, EMPTY, dtype=np.uint32)
-        self.htag = np.zeros(cap, dtype=np.uint8)
-        ix_rebuild(self.hix, self.htag, heads, self.ring_key, self.cap, self.hi)
+        ix_rebuild(self.hix, heads, self.ring_key, self.cap)
 
     # ------------------------------------------------------------ rows
     def take(self, slots: np.ndarray) -> pa.Table:
@@ -515,4 +461,4 @@ class StreamTable:
 
     def chain_length(self, key: int) -> int:
         """Live tuples of (encoded) value ``key``."""
-        return int(chain_length(self.hix, self.htag, self.ring_key, self.link, self.cap, self.lo, self.hi, key))
+        return int(chain_length(self.hix, self.ring_key, self.link, self.cap, self.lo, self.hi, key))

@@ -4,8 +4,10 @@ Per master row the disk phase probes H_S; in SSBJ it may also need the value sta
 (s_count, the switching decision), H_R's index (refresh of cached rows) and the empty
 entries. Those tables are small and their values rare among R's rows, so each probe is a
 cache miss that almost always finds nothing. The filter holds one bit per hash of every
-value in any of them (16 bits per value: ~6% false positives) and sits in the L2 cache;
-a row whose bit is clear skips the three lookups. False positives only cost a lookup;
+value in any of them (16 bits per value planned: ~6% false positives) and sits in the L2
+cache; a row whose bit is clear skips the three lookups. The bit array has exactly the
+words the planned values need (a bit is chosen by a multiply-shift of the hash, as the
+tables' home slots are, not by a mask, so no power-of-two rounding). False positives only cost a lookup;
 there are no false negatives because every insertion into those tables sets the bit,
 and the filter is rebuilt from the tables (dropping stale bits) at each R-cycle start.
 """
@@ -23,22 +25,22 @@ BITS_PER_VALUE = 16
 
 
 @njit(cache=True, inline="always")
-def bit_of(h: np.uint64, mask: np.uint64) -> np.uint64:  # pragma: no cover - compiled
-    """Bit of hash ``h`` (bits 8-39, apart from the ones the tables' home slots use)."""
-    return (h >> np.uint64(8)) & mask
+def bit_of(h: np.uint64, nbits: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    """Bit of hash ``h`` among ``nbits`` (from hash bits 8-39, apart from the ones the tables' home slots use)."""
+    return (((h >> np.uint64(8)) & np.uint64(0xFFFFFFFF)) * nbits) >> np.uint64(32)
 
 
 @njit(cache=True, inline="always")
 def interest_test(bits: np.ndarray, h: np.uint64) -> bool:  # pragma: no cover - compiled
     """Whether the value with hash ``h`` may be in one of the filtered tables."""
-    b = bit_of(h, np.uint64(bits.shape[0] * 64 - 1))
+    b = bit_of(h, np.uint64(bits.shape[0] * 64))
     return (bits[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1) != 0
 
 
 @njit(cache=True, inline="always")
 def interest_set(bits: np.ndarray, h: np.uint64) -> None:  # pragma: no cover - compiled
     """Set the bit of hash ``h``."""
-    b = bit_of(h, np.uint64(bits.shape[0] * 64 - 1))
+    b = bit_of(h, np.uint64(bits.shape[0] * 64))
     bits[b >> np.uint64(6)] |= np.uint64(1) << (b & np.uint64(63))
 
 
@@ -49,8 +51,11 @@ def interest_add(bits: np.ndarray, keys: np.ndarray) -> None:  # pragma: no cove
         interest_set(bits, mix(keys[t]))
 
 
+MAPPING = 2  # how a hash picks its bit (1: a mask over a power of two of bits, before)
+
+
 class Interest:
-    """The filter's bits (a power of two of them) and how many values it was sized for."""
+    """The filter's bits and how many values it was sized for."""
 
     def __init__(self) -> None:
         self.bits = np.zeros(1, dtype=np.uint64)
@@ -66,7 +71,7 @@ class Interest:
         """Hold exactly ``key_sets``, sized for ``expect`` values or the keys given, if more."""
         n = sum(len(k) for k in key_sets)
         want = max(n, expect, 64)
-        words = 1 << max(0, int(np.ceil(np.log2(want * BITS_PER_VALUE / 64))))
+        words = max(1, -(-want * BITS_PER_VALUE // 64))
         if words != self.bits.shape[0]:
             self.bits = np.zeros(words, dtype=np.uint64)
         else:
@@ -81,6 +86,12 @@ class Interest:
         """Restore the filter exactly as saved (its size drives the budget, ``added`` the next rebuild)."""
         self.bits = np.asarray(bits, dtype=np.uint64).copy()
         self.planned, self.added = planned, added
+
+    def refill(self, *key_sets: np.ndarray) -> None:
+        """Set the bits of ``key_sets`` anew at the same size (a filter saved with another bit mapping)."""
+        self.bits[:] = 0
+        for k in key_sets:
+            interest_add(self.bits, np.asarray(k, dtype=np.int64))
 
     def add(self, keys: np.ndarray) -> None:
         """Set the bits of new values (the filter fills up until the next rebuild)."""

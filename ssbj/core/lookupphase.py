@@ -168,7 +168,6 @@ def _clear_hs(op: SemiStreamJoin) -> None:
     hs = op.hs
     hs.rows.drop_before(hs.hi)
     hs.hix.fill(EMPTY)
-    hs.htag.fill(0)
     hs.values = 0
     hs.live = 0
     hs.row_bytes = 0

@@ -139,7 +139,8 @@ class SemiStreamJoin:
         self.hs = StreamTable(self.stream_schema, self.spec.stream_key, self._family, self._store_key)
         self.cache = Cache(self._master_layout, self._family)
         self.cache.set_partitions(self._k)
-        self.stats = ValueStats()
+        # MESHJOIN tracks no value: its table stays at the smallest size
+        self.stats = ValueStats() if self._use_cache else ValueStats(0, cap=8)
         self.interest = Interest()  # values the disk phase looks up beyond H_S
         self.rfilter = RFilter()  # values R has (tuples of other values finish at once)
         self._scan = np.zeros(3, dtype=np.int64)  # this R-cycle's scan: rows, least and largest key

@@ -21,6 +21,7 @@ from ssbj.core import budget as B
 from ssbj.core.cache import _row_keys
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.hs import DELTA, EMPTY, MATCHED, REMOVED, ix_rebuild
+from ssbj.core.interest import MAPPING as INTEREST_MAPPING
 from ssbj.core.keys import encode_keys
 from ssbj.core.rfilter import FilterState
 from ssbj.core.rowsize import row_nbytes
@@ -122,6 +123,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "st_peak": op.stats.peak,
         "st_admit": int(op.stats.meta[2]),
         "interest": [op.interest.planned, op.interest.added],
+        "interest_mapping": INTEREST_MAPPING,
         "sb": sb,
         "sb_seq": op._sb_seq,
         "buffer": buf_name,
@@ -201,6 +203,9 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     )
     if "interest_bits" in arrays:  # the filter as saved: its size enters the budget of the next steps
         op.interest.load(arrays["interest_bits"], *m["interest"])
+        if m.get("interest_mapping", 1) != INTEREST_MAPPING:  # same size, bits set by today's mapping
+            st, cache = op.stats.table, op.cache
+            op.interest.refill(st.keys[st.used], cache.index.keys[cache.index.used], cache.empties.keys)
     else:  # older checkpoints
         op.rebuild_interest()
     _load_rfilter(op, m.get("rfilter"), arrays)
@@ -263,7 +268,6 @@ def _load_hs(op: SemiStreamJoin, store: DirectoryStore, m: dict[str, Any], array
     _, last = np.unique(keys[::-1], return_index=True)
     heads = slots[::-1][last]
     hs.hix = np.full(max(m["index_cap"], 8), EMPTY, dtype=np.uint32)
-    hs.htag = np.zeros(len(hs.hix), dtype=np.uint8)
-    ix_rebuild(hs.hix, hs.htag, heads.astype(np.int64), hs.ring_key, cap, hi)
+    ix_rebuild(hs.hix, heads.astype(np.int64), hs.ring_key, cap)
     hs.values = len(heads)
     hs.live, hs.row_bytes = m["hs_live"], m["hs_row_bytes"]

@@ -60,8 +60,8 @@ def candidate_bytes() -> float:
 class ValueStats:
     """The candidates' s_count, tracking start, last sighting and switching state."""
 
-    def __init__(self, max_values: int = 1 << 16) -> None:
-        self.table = KeyedTable(ST_FIELDS, np.int32, capacity_for(64))
+    def __init__(self, max_values: int = 1 << 16, cap: int | None = None) -> None:
+        self.table = KeyedTable(ST_FIELDS, np.int32, capacity_for(64) if cap is None else cap)
         # entries, most entries the kernels may add, tuples in H_S that make a value a candidate
         self.meta = np.array([0, 0, 2], dtype=np.int64)
         self.max_values = max_values

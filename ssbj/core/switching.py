@@ -99,7 +99,7 @@ def cache_empties(op: SemiStreamJoin, keys: np.ndarray, unmatched: list[pa.Table
     if op.interest.overfull:
         op.rebuild_interest()
     hs = op.hs
-    slots, which = hs_remove(hs.hix, hs.htag, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
+    slots, which = hs_remove(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
     hs.values -= len(np.unique(which))
     if len(slots):
         unmatched.append(hs.take(slots))
@@ -115,7 +115,7 @@ def switch_in(
 ) -> None:
     """Finish the H_S tuples of values now in H_R with the s_B rows they have not met."""
     hs = op.hs
-    slots, which = hs_remove(hs.hix, hs.htag, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
+    slots, which = hs_remove(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
     ix = op.cache.index
     hk_slot = np.array([kset_find(ix.keys, ix.used, int(k)) for k in keys], dtype=np.int64)
     recs = hs.queue.records()
