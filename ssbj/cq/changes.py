@@ -99,12 +99,13 @@ def _longest_bytes(arr: pa.Array) -> int:
     if not pa.types.is_string(arr.type):
         return int(pc.max(pc.binary_length(arr)).as_py() or 0)
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
-    return int(np.diff(offsets).max())
+    return int((offsets[1:] - offsets[:-1]).max())
 
 
 def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, list[DeadLetter]]:
     """Rows of ``table`` cast to the schema of ``spec`` (plus ``_op``/``_seq``/``_pos``), and the dead letters."""
-    missing = [c for c in (*spec.columns, OP, SEQ) if c not in table.column_names]
+    have = set(table.column_names)
+    missing = [c for c in (*spec.columns, OP, SEQ) if c not in have]
     if missing:
         raise InputError(f"changes of {relation} lack column(s) {missing}")
     n = table.num_rows

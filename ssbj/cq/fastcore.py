@@ -64,9 +64,9 @@ def fast_unsupported(plan: QueryPlan) -> str | None:
 
 def _int_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """int64 values (0 where NULL) and the NULL mask of an integer column."""
-    nulls = np.asarray(arr.is_null()) if arr.null_count else np.zeros(len(arr), bool)
-    vals = np.asarray(pc.fill_null(arr, 0).cast(pa.int64()))
-    return vals, nulls
+    if not arr.null_count:  # the common case: no fill, no mask
+        return np.asarray(arr if arr.type == pa.int64() else arr.cast(pa.int64())), np.zeros(len(arr), bool)
+    return np.asarray(pc.fill_null(arr, 0).cast(pa.int64())), np.asarray(arr.is_null())
 
 
 class FastCore:
