@@ -169,6 +169,7 @@ class FastCore:
         self.cnt = np.zeros(3, np.int64)  # hash entries, free slots, high-water mark
         self.hk = np.full((1024, 2 + self.k), EMPTY, np.int64)  # rows: tag, key words, value
         self.d_hash = np.zeros(1024, np.uint8)  # dirty flag per hash row
+        self._dirty: tuple[int, np.ndarray, np.ndarray] | None = None  # the last increment's rows
         self._alloc_tuples(256)
 
     # -- storage
@@ -402,6 +403,7 @@ class FastCore:
     def base_arrays(self) -> dict[str, np.ndarray]:
         """Return :meth:`arrays` with the hash's layout (capacity, row of each entry): increments patch rows."""
         out = self.arrays()
+        self._dirty = None  # committing a full state clears every flag
         out["hk_idx"] = np.flatnonzero(self.hk[:, 0] != EMPTY)
         out["hk_cap"] = np.array([len(self.hk)], np.int64)
         return out
@@ -411,6 +413,7 @@ class FastCore:
         hw, free = int(self.cnt[2]), int(self.cnt[1])
         h_idx = np.flatnonzero(self.d_hash)
         s_idx = np.flatnonzero(self.d_slot[:hw])
+        self._dirty = (len(self.d_hash), h_idx, s_idx)
         out = {name: getattr(self, name)[s_idx] for name in self.TUPLE_ARRAYS}
         out.update(
             s_idx=s_idx,
@@ -432,9 +435,14 @@ class FastCore:
         return float(dirty / max(1, whole))
 
     def clear_dirty(self) -> None:
-        """Everything is in the last checkpoint: no row is dirty."""
-        self.d_hash[:] = 0
-        self.d_slot[:] = 0
+        """Everything is in the last checkpoint: no row is dirty (after an increment, only its rows are reset)."""
+        dirty, self._dirty = self._dirty, None
+        if dirty is not None and dirty[0] == len(self.d_hash):
+            self.d_hash[dirty[1]] = 0
+            self.d_slot[dirty[2]] = 0
+        else:
+            self.d_hash[:] = 0
+            self.d_slot[:] = 0
 
     def load_arrays(self, arrays: dict[str, np.ndarray], dicts: dict[int, list[str]]) -> None:
         """Restore :meth:`arrays` or :meth:`base_arrays` (and the string dictionaries); nothing is dirty after."""
