@@ -128,7 +128,8 @@ class GroupState:
     def _partial_small(self, table: pa.Table, key_names: list[str]) -> list[tuple[tuple[Any, ...], list[Any]]]:
         """As the Arrow group-by below, in Python: for a small batch's few join results (Acero's setup dominates)."""
         plan = self.plan
-        keys = list(zip(*(table.column(k).to_pylist() for k in key_names), strict=True))
+        n = table.num_rows
+        keys = list(zip(*(table.column(k).to_pylist() for k in key_names), strict=True)) if key_names else [()] * n
         args = {i: table.column(f"a{i}").to_pylist() for i, a in enumerate(plan.aggregates) if a.arg is not None}
         acc: dict[tuple[Any, ...], list[Any]] = {}
         for j, key in enumerate(keys):

@@ -154,3 +154,14 @@ def test_increment_chain_is_checked_and_old_formats_restore() -> None:
     with pytest.raises(CheckpointError, match="damaged"):
         ContinuousQuery.from_state_bytes(plan, base[:-20], "cut")
     assert base.startswith(ckfile.MAGIC)
+
+
+def test_small_batch_global_aggregate() -> None:
+    """A batch's few join results without GROUP BY are one group (the Python pre-aggregation of small batches)."""
+    plan = plan_query(
+        "select sum(f.amt) as s, count(*) as n, count(f.amt) as c from fact f, dim d where f.dk = d.dk",
+        parse_schema(_DDL),
+    )
+    cq = ContinuousQuery(plan, engine="fast")
+    cq.apply(_load(plan, np.random.default_rng(3), 0, 10, 0))
+    assert cq.result().to_pylist() == [{"s": pytest.approx(10), "n": 10, "c": 10}]
