@@ -65,9 +65,11 @@ def main() -> None:
         "state_nbytes": cq.nbytes(),
         "full": {
             "write_seconds": t_full,
+            "write_cpu_seconds": c_full,
             "bytes": len(base),
             "raw_bytes": _raw_size(base),
             "restore_seconds": t_restore,
+            "restore_cpu_seconds": c_restore,
         },
     }
     print(
