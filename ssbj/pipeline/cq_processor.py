@@ -94,7 +94,7 @@ class CqProcessor:
         self.full_every = max(1, full_every)
         self.max_increment = max_increment  # an increment over this share of the state is written whole instead
         self.base: str | None = None  # the newest checkpoint's full-state file
-        self.log: list[list[Any]] = []  # [batch id, {relation: change file}] of the batches after it
+        self.log: list[list[Any]] = []  # per batch since: [id, {relation: file}] or [id, {"state": f}, "state"]
         self.lock = threading.RLock()
         self.cq: ContinuousQuery | None = None
         self.last_batch: int | None = None
