@@ -123,7 +123,8 @@ class CqJobConfig(_Model):
     full_checkpoint_every: Annotated[int, Field(ge=1)] = Field(
         20,
         description="write the whole engine state every N batches; the batches between are checkpointed as "
-        "their changes, re-applied on restore",
+        "increments (the array engine: the hash rows and tuple slots the batch wrote, patched on restore) or, "
+        "with the dict engine, as their changes, re-applied on restore",
     )
     spark: SparkSettings = SparkSettings()
 

@@ -9,7 +9,17 @@ one core) applying each batch to its tables and recomputing Q7, and a naive delt
 (per relation of the batch, ΔQ = Q7 with that relation replaced by its signed delta and
 the others as they are, in DuckDB, merged into a kept answer) - first-order incremental
 maintenance without live-tuple indexes.  All three answers are compared at the end.
-Read the ratios, not the absolute numbers (a small, shared machine).
+Read the ratios, not the absolute numbers (a small, shared machine): every batch is timed
+as wall time and as the process's CPU time (``time.process_time``: what a busy machine's
+scheduler takes away from the wall time does not count), the ratios are given on both.
+
+After both scale factors ran, their engines stay in memory and take further update
+batches *interleaved* (SF 0.1, SF 1, SF 1, SF 0.1, ...), so the machine's load hits both
+alike: per-change cost per scale factor as medians with their spread, the ratio of the
+medians and the median of the paired ratios.  What could grow with the scale factor is
+recorded next to it: the join results per change (the work), the hash's probe length,
+the state's bytes, and the machine's latency of a dependent random load over a working
+set of the state's size (:mod:`ssbj.bench.memlat`).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ import pyarrow.parquet as pq
 
 from ssbj.bench.datagen import _plain_strings, tpchgen_binary
 from ssbj.bench.harness import Bench, Json
+from ssbj.bench.memlat import chase_ns
+from ssbj.cq.kernels import probe_lengths
 from ssbj.cq.maintainer import ContinuousQuery
 from ssbj.cq.query import plan_query
 from ssbj.cq.schema import parse_schema
@@ -38,8 +50,19 @@ RELS = ("nation", "supplier", "customer", "orders", "lineitem")
 PK = {"nation": "n_nationkey", "supplier": "s_suppkey", "customer": "c_custkey", "orders": "o_orderkey"}
 BATCHES = (1_000, 10_000, 100_000)
 SETTINGS: dict[str, dict[str, Any]] = {  # scale factors, update changes per batch size, baseline batches per batch size
-    "small": {"sfs": (0.01, 0.1), "updates": 20_000, "baseline_batches": {1_000: 5, 10_000: 2, 100_000: 1}},
-    "full": {"sfs": (0.1, 1.0), "updates": 200_000, "baseline_batches": {1_000: 10, 10_000: 5, 100_000: 2}},
+    # interleave: batches per size that the engines of both scale factors take in turns at the end
+    "small": {
+        "sfs": (0.01, 0.1),
+        "updates": 20_000,
+        "baseline_batches": {1_000: 5, 10_000: 2, 100_000: 1},
+        "interleave": {1_000: 10, 10_000: 3},
+    },
+    "full": {
+        "sfs": (0.1, 1.0),
+        "updates": 200_000,
+        "baseline_batches": {1_000: 10, 10_000: 5, 100_000: 2},
+        "interleave": {1_000: 60, 10_000: 20},
+    },
 }
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cq"
 
@@ -205,10 +228,30 @@ def _delta_join_rows(db: DuckState, frames: dict[str, pa.Table], answer: dict[tu
             db.apply(frames, name)
 
 
-def _run_sf(bench: Bench, sf: float, cfg: dict[str, Any]) -> Json:
+class _Timer:
+    """Wall and CPU seconds of the timed blocks, one entry per block."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def __enter__(self) -> _Timer:
+        self._w, self._c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall.append(time.perf_counter() - self._w)
+        self.cpu.append(time.process_time() - self._c)
+
+
+def _interleave_changes(cfg: dict[str, Any]) -> int:
+    return sum(b * n for b, n in cfg["interleave"].items())
+
+
+def _run_sf(bench: Bench, sf: float, cfg: dict[str, Any]) -> tuple[Json, tuple[ContinuousQuery, Stream, int]]:
     data = tpch_q7_data(sf, bench.work_dir / f"tpch-q7-sf{sf:g}")
     rng = np.random.default_rng(bench.seed)
-    stream, n_load = build_stream(data, cfg["updates"] * len(BATCHES), rng)
+    stream, n_load = build_stream(data, cfg["updates"] * len(BATCHES) + _interleave_changes(cfg), rng)
     schema = parse_schema((EXAMPLES / "tpch_schema.sql").read_text())
     plan = plan_query((EXAMPLES / "q7.sql").read_text(), schema)
     cq = ContinuousQuery(plan)
@@ -232,28 +275,23 @@ def _run_sf(bench: Bench, sf: float, cfg: dict[str, Any]) -> Json:
     points = []
     for b in BATCHES:
         seg_end = pos + cfg["updates"]
-        t_cq = []
-        t_re = []
-        t_dj = []
+        t_cq, t_re, t_dj = _Timer(), _Timer(), _Timer()
         dj_exact = None
         n_base = cfg["baseline_batches"][b]
         for k, lo in enumerate(range(pos, seg_end, b)):
             frames = stream.frames(lo, min(lo + b, seg_end))
-            t0 = time.perf_counter()
-            cq.apply(frames)
-            t_cq.append(time.perf_counter() - t0)
+            with t_cq:
+                cq.apply(frames)
             # the baselines see every batch (they must stay current) but are timed on the first few only
-            t0 = time.perf_counter()
-            for name in RELS:
-                if name in frames:
-                    db.apply(frames, name)
+            with t_re:
+                for name in RELS:
+                    if name in frames:
+                        db.apply(frames, name)
+                if k < n_base:
+                    db.q7()
             if k < n_base:
-                db.q7()
-            t_re.append(time.perf_counter() - t0)
-            if k < n_base:
-                t0 = time.perf_counter()
-                _delta_join_rows(delta_db, frames, delta_answer)
-                t_dj.append(time.perf_counter() - t0)
+                with t_dj:
+                    _delta_join_rows(delta_db, frames, delta_answer)
                 if k == n_base - 1:  # untimed: the delta join's answer is exact (the baseline is right)
                     dj_exact = {k: v for k, v in delta_answer.items() if v != 0} == _answer(delta_db.q7())
             else:
@@ -262,27 +300,41 @@ def _run_sf(bench: Bench, sf: float, cfg: dict[str, Any]) -> Json:
                         delta_db.apply(frames, name)
         delta_answer = _answer(delta_db.q7())
         n = seg_end - pos
-        cq_batch = float(np.mean(t_cq))
-        re_batch = float(np.mean(t_re[:n_base]))
-        dj_batch = float(np.mean(t_dj[:n_base]))
+        cq_batch = float(np.mean(t_cq.wall))
+        re_batch = float(np.mean(t_re.wall[:n_base]))
+        dj_batch = float(np.mean(t_dj.wall[:n_base]))
+        cq_cpu = float(np.mean(t_cq.cpu))
+        re_cpu = float(np.mean(t_re.cpu[:n_base]))
+        dj_cpu = float(np.mean(t_dj.cpu[:n_base]))
         points.append(
             {
                 "batch": b,
                 "changes": n,
-                "cq_changes_per_second": n / sum(t_cq),
-                "cq_us_per_change": 1e6 * sum(t_cq) / n,
+                "cq_changes_per_second": n / sum(t_cq.wall),
+                "cq_us_per_change": 1e6 * sum(t_cq.wall) / n,
                 "cq_seconds_per_batch": cq_batch,
+                "cq_median_seconds_per_batch": float(np.median(t_cq.wall)),
                 "recompute_seconds_per_batch": re_batch,
                 "delta_join_seconds_per_batch": dj_batch,
                 "speedup_vs_recompute": re_batch / cq_batch,
                 "speedup_vs_delta_join": dj_batch / cq_batch,
+                "cpu": {
+                    "cq_changes_per_second": n / sum(t_cq.cpu),
+                    "cq_us_per_change": 1e6 * sum(t_cq.cpu) / n,
+                    "cq_seconds_per_batch": cq_cpu,
+                    "recompute_seconds_per_batch": re_cpu,
+                    "delta_join_seconds_per_batch": dj_cpu,
+                    "speedup_vs_recompute": re_cpu / cq_cpu,
+                    "speedup_vs_delta_join": dj_cpu / cq_cpu,
+                },
                 "baseline_batches_timed": n_base,
                 "delta_join_exact": dj_exact,
             }
         )
-        rate = n / sum(t_cq)
-        ratios = f"x{re_batch / cq_batch:.1f} vs recompute, x{dj_batch / cq_batch:.1f} vs delta join"
-        bench.log(f"cq sf={sf:g} batch={b}: {rate:,.0f} changes/s, {ratios}")
+        rate, rate_cpu = n / sum(t_cq.wall), n / sum(t_cq.cpu)
+        ratios = f"x{re_batch / cq_batch:.1f} vs recompute (CPU x{re_cpu / cq_cpu:.1f})"
+        ratios += f", x{dj_batch / cq_batch:.1f} vs delta join"
+        bench.log(f"cq sf={sf:g} batch={b}: {rate:,.0f} changes/s (CPU time {rate_cpu:,.0f}/s), {ratios}")
         pos = seg_end
     res["updates"] = points
     engine = {tuple(r.values())[:3]: tuple(r.values())[3] for r in cq.result().to_pylist()}
@@ -293,13 +345,82 @@ def _run_sf(bench: Bench, sf: float, cfg: dict[str, Any]) -> Json:
     }
     res["answer_rows"] = len(duck)
     res["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return res
+    return res, (cq, stream, pos)
+
+
+def _spread(values: list[float]) -> Json:
+    q = np.percentile(values, [10, 25, 50, 75, 90])
+    return {"median": float(q[2]), "p25": float(q[1]), "p75": float(q[3]), "p10": float(q[0]), "p90": float(q[4])}
+
+
+def _interleaved(bench: Bench, cfg: dict[str, Any], sfs: tuple[float, ...], live: list[Any]) -> Json:
+    """Further update batches, the scale factors' engines in turns (ABBA); µs per change per batch, wall and CPU."""
+    out: Json = {}
+    pos = [p for _, _, p in live]
+    for b, reps in cfg["interleave"].items():
+        us: dict[float, dict[str, list[float]]] = {sf: {"wall": [], "cpu": [], "join_rows": []} for sf in sfs}
+        for rep in range(reps):
+            order = range(len(sfs)) if rep % 2 == 0 else reversed(range(len(sfs)))
+            for i in order:
+                cq, stream, _ = live[i]
+                frames = stream.frames(pos[i], pos[i] + b)
+                pos[i] += b
+                rows0 = cq.join_rows
+                t = _Timer()
+                with t:
+                    cq.apply(frames)
+                us[sfs[i]]["wall"].append(1e6 * t.wall[0] / b)
+                us[sfs[i]]["cpu"].append(1e6 * t.cpu[0] / b)
+                us[sfs[i]]["join_rows"].append((cq.join_rows - rows0) / b)
+        lo, hi = sfs[0], sfs[-1]
+        point: Json = {"batches_per_sf": reps}
+        for clock in ("wall", "cpu"):
+            paired = [h / lo_ for lo_, h in zip(us[lo][clock], us[hi][clock], strict=True)]
+            point[clock] = {
+                **{f"sf{sf:g}_us_per_change": _spread(us[sf][clock]) for sf in sfs},
+                "ratio_of_medians": float(np.median(us[hi][clock]) / np.median(us[lo][clock])),
+                "paired_ratio": _spread(paired),
+            }
+        point["join_rows_per_change"] = {f"sf{sf:g}": float(np.mean(us[sf]["join_rows"])) for sf in sfs}
+        out[str(b)] = point
+        c = point["cpu"]
+        bench.log(
+            f"cq interleaved batch={b}: CPU µs/change median sf{lo:g} {c[f'sf{lo:g}_us_per_change']['median']:.2f}, "
+            f"sf{hi:g} {c[f'sf{hi:g}_us_per_change']['median']:.2f}, ratio {c['ratio_of_medians']:.2f} "
+            f"(paired {c['paired_ratio']['p25']:.2f}-{c['paired_ratio']['p75']:.2f})"
+        )
+    # what grows with the state: probe length of the hash, bytes, the latency of a random load at that size
+    growth: Json = {}
+    for sf, (cq, _, _) in zip(sfs, live, strict=True):
+        fast = cq.fast
+        probes = probe_lengths(fast.hk) if fast is not None else np.ones(1)
+        nbytes = cq.nbytes()
+        growth[f"sf{sf:g}"] = {
+            "state_bytes": nbytes,
+            "hash_rows": 0 if fast is None else len(fast.hk),
+            "hash_load": 0.0 if fast is None else float(fast.cnt[0] / len(fast.hk)),
+            "mean_probe_rows": float(probes.mean()),
+            "tuple_slots": 0 if fast is None else int(fast.cnt[2]),
+        }
+    lat: dict[str, list[float]] = {k: [] for k in growth}
+    for _ in range(3):  # in turns as well
+        for key, g in growth.items():
+            lat[key].append(chase_ns(int(g["state_bytes"])))
+    for key, g in growth.items():
+        g["random_load_ns"] = _spread(lat[key])
+    out["growth"] = growth
+    return out
 
 
 def exp_cq(bench: Bench) -> Json:
     """Q7 under inserts and deletes: engine vs DuckDB recompute vs naive delta join, per scale factor."""
     cfg = SETTINGS.get(bench.p.name, SETTINGS["small"])
-    runs = [_run_sf(bench, sf, cfg) for sf in cfg["sfs"]]
+    runs, live = [], []
+    for sf in cfg["sfs"]:
+        res, state = _run_sf(bench, sf, cfg)
+        runs.append(res)
+        live.append(state)
+    interleaved = _interleaved(bench, cfg, cfg["sfs"], live)
     lo, hi = runs[0], runs[-1]
     summary: Json = {
         "load_us_per_change_ratio_large_over_small": hi["load"]["us_per_change"] / lo["load"]["us_per_change"],
@@ -310,9 +431,16 @@ def exp_cq(bench: Bench) -> Json:
         "speedup_vs_recompute_at_10k_largest_sf": next(
             p["speedup_vs_recompute"] for p in hi["updates"] if p["batch"] == 10_000
         ),
+        "speedup_vs_recompute_at_10k_largest_sf_cpu": next(
+            p["cpu"]["speedup_vs_recompute"] for p in hi["updates"] if p["batch"] == 10_000
+        ),
+        "interleaved_cpu_ratio_of_medians": {
+            b: v["cpu"]["ratio_of_medians"] for b, v in interleaved.items() if b != "growth"
+        },
         "min_changes_per_second": min(
             [r["load"]["changes_per_second"] for r in runs]
             + [p["cq_changes_per_second"] for r in runs for p in r["updates"]]
         ),
     }
-    return {"runs": runs, "summary": summary, "settings": {k: v for k, v in cfg.items() if k != "baseline_batches"}}
+    settings = {k: v for k, v in cfg.items() if k not in ("baseline_batches", "interleave")}
+    return {"runs": runs, "interleaved": interleaved, "summary": summary, "settings": settings}

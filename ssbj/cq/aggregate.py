@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # query.py builds a GroupState to check a plan's output types
     from ssbj.cq.query import QueryPlan
 
 _EXACT = decimal.Context(prec=200)
+_SMALL = 2048  # join results of a batch up to which they are pre-aggregated in Python
 
 
 class GroupState:
@@ -96,6 +97,8 @@ class GroupState:
         if table.num_rows == 0:
             return []
         key_names = [f"k{i}" for i in range(len(plan.keys))]
+        if table.num_rows <= _SMALL and self._exact_args(table):
+            return self._partial_small(table, key_names)
         grouped = table.group_by(key_names, use_threads=False).aggregate(aggs)
         out = []
         data = grouped.to_pydict()
@@ -109,6 +112,46 @@ class GroupState:
                     vals.extend((None, data[f"a{i}_count"][j]))
                 else:
                     vals.extend((data[f"a{i}_sum"][j], data[f"a{i}_count"][j]))
+            out.append((key, vals))
+        return out
+
+    def _exact_args(self, table: pa.Table) -> bool:
+        """Whether Python groups and sums as Arrow does: integer/decimal arguments (exact), no float key (NaN)."""
+        if any(pa.types.is_floating(table.column(k).type) for k in table.column_names if k.startswith("k")):
+            return False
+        return all(
+            pa.types.is_integer(table.column(f"a{i}").type) or pa.types.is_decimal(table.column(f"a{i}").type)
+            for i, a in enumerate(self.plan.aggregates)
+            if a.arg is not None
+        )
+
+    def _partial_small(self, table: pa.Table, key_names: list[str]) -> list[tuple[tuple[Any, ...], list[Any]]]:
+        """As the Arrow group-by below, in Python: for a small batch's few join results (Acero's setup dominates)."""
+        plan = self.plan
+        n = table.num_rows
+        keys = list(zip(*(table.column(k).to_pylist() for k in key_names), strict=True)) if key_names else [()] * n
+        args = {i: table.column(f"a{i}").to_pylist() for i, a in enumerate(plan.aggregates) if a.arg is not None}
+        acc: dict[tuple[Any, ...], list[Any]] = {}
+        for j, key in enumerate(keys):
+            vals = acc.get(key)
+            if vals is None:
+                vals = acc[key] = [0] + [None, 0] * len(plan.aggregates)
+            vals[0] += 1
+            for i in args:
+                v = args[i][j]
+                if v is not None:
+                    cur = vals[1 + 2 * i]
+                    vals[1 + 2 * i] = (
+                        v if cur is None else _EXACT.add(cur, v) if isinstance(v, decimal.Decimal) else cur + v
+                    )
+                    vals[2 + 2 * i] += 1
+        out = []
+        for key, vals in acc.items():
+            for i, a in enumerate(plan.aggregates):
+                if a.arg is None:
+                    vals[2 + 2 * i] = vals[0]
+                elif a.func == "count":
+                    vals[1 + 2 * i] = None
             out.append((key, vals))
         return out
 

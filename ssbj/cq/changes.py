@@ -76,7 +76,9 @@ def _row_json(table: pa.Table, i: int) -> str:
 
 def _cast_column(col: pa.ChunkedArray, typ: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
     """``col`` cast to ``typ``, with a bad-row mask (values that do not cast safely become NULL; None: no bad row)."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = col
+    if isinstance(col, pa.ChunkedArray):
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
     if arr.type == typ:
         return arr, None
     try:
@@ -99,17 +101,18 @@ def _longest_bytes(arr: pa.Array) -> int:
     if not pa.types.is_string(arr.type):
         return int(pc.max(pc.binary_length(arr)).as_py() or 0)
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
-    return int(np.diff(offsets).max())
+    return int((offsets[1:] - offsets[:-1]).max())
 
 
 def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, list[DeadLetter]]:
     """Rows of ``table`` cast to the schema of ``spec`` (plus ``_op``/``_seq``/``_pos``), and the dead letters."""
-    missing = [c for c in (*spec.columns, OP, SEQ) if c not in table.column_names]
+    index = {c: i for i, c in enumerate(table.column_names)}  # columns by position: a lookup by name scans
+    missing = [c for c in (*spec.columns, OP, SEQ) if c not in index]
     if missing:
         raise InputError(f"changes of {relation} lack column(s) {missing}")
     n = table.num_rows
     reasons: dict[int, str] = {}  # row -> the first reason found
-    pos = table.column(POS) if POS in table.column_names else pa.array(np.arange(n, dtype=np.int64))
+    pos = table.column(index[POS]) if POS in index else pa.array(np.arange(n, dtype=np.int64))
 
     def mark(mask: np.ndarray, why: str) -> None:
         if not mask.any():
@@ -117,19 +120,23 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
         for i in np.flatnonzero(mask).tolist():
             reasons.setdefault(i, why)
 
-    ops = table.column(OP).cast(pa.string())
-    mark(~np.asarray(pc.fill_null(pc.is_in(ops, value_set=pa.array(["+", "-"])), False)), "_op is not '+' or '-'")
-    seq, bad_seq = _cast_column(table.column(SEQ), pa.int64())
+    ops, _ = _cast_column(table.column(index[OP]), pa.string())
+    plus = pc.equal(ops, "+")
+    valid_op = pc.or_(plus, pc.equal(ops, "-"))
+    if valid_op.null_count or not pc.all(valid_op).as_py():
+        mark(~np.asarray(pc.fill_null(valid_op, False)), "_op is not '+' or '-'")
+    seq, bad_seq = _cast_column(table.column(index[SEQ]), pa.int64())
     if bad_seq is not None or seq.null_count:
         null_seq = np.asarray(pc.is_null(seq))
         mark(null_seq if bad_seq is None else bad_seq | null_seq, "_seq is NULL or not an integer")
     # a delete names its tuple by primary key: its other columns are not read, not checked
     # (a Debezium delete may carry the key alone)
-    inserts = np.asarray(pc.fill_null(pc.equal(ops, "+"), True))
+    inserts = np.asarray(pc.fill_null(plus, True) if plus.null_count else plus)
+    every = np.ones(n, dtype=bool)
     cols: dict[str, pa.Array] = {}
     for name, c in spec.columns.items():
-        checked = np.ones(n, dtype=bool) if name in spec.primary_key else inserts
-        arr, bad = _cast_column(table.column(name), c.type)
+        checked = every if name in spec.primary_key else inserts
+        arr, bad = _cast_column(table.column(index[name]), c.type)
         if bad is not None:
             mark(bad & checked, f"{name}: value does not fit {c.type}")
         if c.not_null and arr.null_count:
@@ -138,7 +145,7 @@ def validate(table: pa.Table, spec: Table, relation: str) -> tuple[pa.Table, lis
             too_long = np.asarray(pc.fill_null(pc.greater(pc.utf8_length(arr), c.max_length), False))
             mark(too_long & checked, f"{name}: longer than {c.max_length}")
         cols[name] = arr
-    cols[OP] = ops.combine_chunks() if isinstance(ops, pa.ChunkedArray) else ops
+    cols[OP] = ops
     cols[SEQ] = seq
     cols[POS] = pos.combine_chunks() if isinstance(pos, pa.ChunkedArray) else pos
     out = pa.table(cols)

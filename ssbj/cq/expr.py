@@ -95,6 +95,9 @@ def is_constant(node: Any) -> bool:
     return answer
 
 
+_FOLDED: dict[int, tuple[Any, pa.Scalar]] = {}  # id(node) -> (node, its constant as a scalar), as _CONSTANT
+
+
 def _scalar(value: Any) -> pa.Scalar:
     if value is None:
         return pa.scalar(None, pa.null())
@@ -112,7 +115,14 @@ def evaluate(node: Any, resolve: Resolver, length: int) -> Value:
     if got is not None:
         return got
     if isinstance(node, (exp.Literal, exp.Cast, exp.Add, exp.Sub, exp.Neg, exp.Paren)) and is_constant(node):
-        return _scalar(constant(node))
+        hit = _FOLDED.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        value = _scalar(constant(node))
+        if len(_FOLDED) > 100_000:
+            _FOLDED.clear()
+        _FOLDED[id(node)] = (node, value)
+        return value
     kind = type(node).__name__
     if isinstance(node, exp.Column):
         raise ConfigError(f"continuous query: column {node.sql()!r} is unknown")

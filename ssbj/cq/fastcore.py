@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from ssbj.cq.expr import evaluate, to_array
 from ssbj.cq.kernels import EMPTY, apply_changes, grow
 from ssbj.cq.query import QueryPlan
+from ssbj.errors import CheckpointError
 
 MAX_LOAD = 0.7  # the hash grows before a batch could take it past this load
 
@@ -64,9 +65,9 @@ def fast_unsupported(plan: QueryPlan) -> str | None:
 
 def _int_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """int64 values (0 where NULL) and the NULL mask of an integer column."""
-    nulls = np.asarray(arr.is_null()) if arr.null_count else np.zeros(len(arr), bool)
-    vals = np.asarray(pc.fill_null(arr, 0).cast(pa.int64()))
-    return vals, nulls
+    if not arr.null_count:  # the common case: no fill, no mask
+        return np.asarray(arr if arr.type == pa.int64() else arr.cast(pa.int64())), np.zeros(len(arr), bool)
+    return np.asarray(pc.fill_null(arr, 0).cast(pa.int64())), np.asarray(arr.is_null())
 
 
 class FastCore:
@@ -84,6 +85,7 @@ class FastCore:
     t_val: np.ndarray
     t_valn: np.ndarray
     t_free: np.ndarray
+    d_slot: np.ndarray  # dirty flag per tuple slot (written since the last checkpoint)
 
     def __init__(self, plan: QueryPlan, layout: list[int]) -> None:
         self.plan = plan
@@ -166,6 +168,8 @@ class FastCore:
         self._codes: dict[int, dict[str, int]] = {si: {} for si in self.dicts}
         self.cnt = np.zeros(3, np.int64)  # hash entries, free slots, high-water mark
         self.hk = np.full((1024, 2 + self.k), EMPTY, np.int64)  # rows: tag, key words, value
+        self.d_hash = np.zeros(1024, np.uint8)  # dirty flag per hash row
+        self._dirty: tuple[int, np.ndarray, np.ndarray] | None = None  # the last increment's rows
         self._alloc_tuples(256)
 
     # -- storage
@@ -185,6 +189,7 @@ class FastCore:
             "t_val": np.zeros((cap, w), np.int64),
             "t_valn": np.zeros((cap, ns), np.int8),
             "t_free": np.zeros(cap, np.int64),
+            "d_slot": np.zeros(cap, np.uint8),
         }
         if old is not None:
             for name, arr in new.items():
@@ -331,7 +336,7 @@ class FastCore:
             np.empty(max(16, len(c_row)), np.int8),
             0,
         )
-        status, out, self.hk = apply_changes(
+        status, out, self.hk, self.d_hash = apply_changes(
             c_row,
             stale,
             g_rel,
@@ -355,6 +360,8 @@ class FastCore:
             self.t_valn,
             self.t_free,
             self.cnt,
+            self.d_hash,
+            self.d_slot,
             self.meta,
             out0,
             1 + self.max_al * (1 + self.maxc),
@@ -393,18 +400,90 @@ class FastCore:
         out["hk"], out["cnt"] = self.hk[used], self.cnt
         return out
 
+    def base_arrays(self) -> dict[str, np.ndarray]:
+        """Return :meth:`arrays` with the hash's layout (capacity, row of each entry): increments patch rows."""
+        out = self.arrays()
+        self._dirty = None  # committing a full state clears every flag
+        out["hk_idx"] = np.flatnonzero(self.hk[:, 0] != EMPTY)
+        out["hk_cap"] = np.array([len(self.hk)], np.int64)
+        return out
+
+    def increment_arrays(self) -> dict[str, np.ndarray]:
+        """Return what changed since :meth:`clear_dirty`: dirty hash rows and tuple slots, the free list, counts."""
+        hw, free = int(self.cnt[2]), int(self.cnt[1])
+        h_idx = np.flatnonzero(self.d_hash)
+        s_idx = np.flatnonzero(self.d_slot[:hw])
+        self._dirty = (len(self.d_hash), h_idx, s_idx)
+        out = {name: getattr(self, name)[s_idx] for name in self.TUPLE_ARRAYS}
+        out.update(
+            s_idx=s_idx,
+            hk_idx=h_idx,
+            hk=self.hk[h_idx],
+            hk_cap=np.array([len(self.hk)], np.int64),
+            t_free=self.t_free[:free].copy(),
+            cnt=self.cnt.copy(),
+        )
+        return out
+
+    def dirty_fraction(self) -> float:
+        """Share of the state (hash rows and tuple slots, by bytes) an increment would write now."""
+        hw = int(self.cnt[2])
+        row_h = self.hk.shape[1] * 8
+        row_s = sum(getattr(self, n)[:1].nbytes for n in self.TUPLE_ARRAYS)
+        dirty = int(np.count_nonzero(self.d_hash)) * row_h + int(np.count_nonzero(self.d_slot[:hw])) * row_s
+        whole = int(self.cnt[0]) * row_h + hw * row_s
+        return float(dirty / max(1, whole))
+
+    def clear_dirty(self) -> None:
+        """Everything is in the last checkpoint: no row is dirty (after an increment, only its rows are reset)."""
+        dirty, self._dirty = self._dirty, None
+        if dirty is not None and dirty[0] == len(self.d_hash):
+            self.d_hash[dirty[1]] = 0
+            self.d_slot[dirty[2]] = 0
+        else:
+            self.d_hash[:] = 0
+            self.d_slot[:] = 0
+
     def load_arrays(self, arrays: dict[str, np.ndarray], dicts: dict[int, list[str]]) -> None:
-        """Restore :meth:`arrays` (and the string dictionaries)."""
+        """Restore :meth:`arrays` or :meth:`base_arrays` (and the string dictionaries); nothing is dirty after."""
         self.cnt = arrays["cnt"].copy()
-        cap = 1024
-        while len(arrays["hk"]) > 0.5 * cap:
-            cap *= 2
-        self.hk = grow(arrays["hk"], cap)  # the layout may differ; the entries do not
+        if "hk_idx" in arrays:  # the same layout, so that increments' rows land where they were
+            self.hk = np.full((int(arrays["hk_cap"][0]), 2 + self.k), EMPTY, np.int64)
+            self.hk[arrays["hk_idx"]] = arrays["hk"]
+        else:  # format 2: the entries alone, re-inserted (the layout may differ; the entries do not)
+            cap = 1024
+            while len(arrays["hk"]) > 0.5 * cap:
+                cap *= 2
+            self.hk = grow(arrays["hk"], cap)
+        self.d_hash = np.zeros(len(self.hk), np.uint8)
         hw = int(self.cnt[2])
         self._alloc_tuples(max(256, hw + hw // 4), keep=False)
         for name in self.TUPLE_ARRAYS:
             getattr(self, name)[:hw] = arrays[name]
         self.t_free[: int(self.cnt[1])] = arrays["t_free"]
+        self._set_dicts(dicts)
+
+    def apply_increment(self, arrays: dict[str, np.ndarray], dicts: dict[int, list[str]], where: str) -> None:
+        """Patch the state with :meth:`increment_arrays` taken right after the state it was restored to."""
+        cap = int(arrays["hk_cap"][0])
+        h_idx = arrays["hk_idx"]
+        if cap != len(self.hk):  # the hash grew in between: then every row of the new table is in the increment
+            if len(h_idx) != cap:
+                raise CheckpointError(f"{where}: the hash grew to {cap} rows but the increment holds {len(h_idx)}")
+            self.hk = np.full((cap, 2 + self.k), EMPTY, np.int64)
+            self.d_hash = np.zeros(cap, np.uint8)
+        self.hk[h_idx] = arrays["hk"]
+        hw = int(arrays["cnt"][2])
+        if hw > len(self.t_node):
+            self._alloc_tuples(max(hw + hw // 4, 2 * len(self.t_node)))
+        s_idx = arrays["s_idx"]
+        for name in self.TUPLE_ARRAYS:
+            getattr(self, name)[s_idx] = arrays[name]
+        self.cnt = arrays["cnt"].copy()
+        self.t_free[: int(self.cnt[1])] = arrays["t_free"]
+        self._set_dicts(dicts)
+
+    def _set_dicts(self, dicts: dict[int, list[str]]) -> None:
         self.dicts = {int(si): list(v) for si, v in dicts.items()}
         self._codes = {si: {v: i for i, v in enumerate(vals)} for si, vals in self.dicts.items()}
 
@@ -422,5 +501,5 @@ class FastCore:
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (allocated capacity) and the string dictionaries."""
-        total = sum(getattr(self, n).nbytes for n in (*self.TUPLE_ARRAYS, "t_free", "hk", "cnt"))
+        total = sum(getattr(self, n).nbytes for n in (*self.TUPLE_ARRAYS, "t_free", "hk", "cnt", "d_hash", "d_slot"))
         return int(total) + sum(sum(len(v) + 49 for v in vals) for vals in self.dicts.values())

@@ -60,8 +60,11 @@ def h_get(hk: np.ndarray, tag: int, key: np.ndarray) -> int:  # pragma: no cover
 
 
 @njit(cache=True)
-def h_put(hk: np.ndarray, cnt: np.ndarray, i: int, tag: int, key: np.ndarray, v: int) -> None:  # pragma: no cover
-    """Fill the empty slot ``i`` (from :func:`h_find`) with ``(tag, key) -> v``."""
+def h_put(
+    hk: np.ndarray, d_hash: np.ndarray, cnt: np.ndarray, i: int, tag: int, key: np.ndarray, v: int
+) -> None:  # pragma: no cover - compiled
+    """Fill the empty slot ``i`` (from :func:`h_find`) with ``(tag, key) -> v``; the row is marked dirty."""
+    d_hash[i] = 1
     hk[i, 0] = tag
     for j in range(key.shape[0]):
         hk[i, 1 + j] = key[j]
@@ -70,8 +73,8 @@ def h_put(hk: np.ndarray, cnt: np.ndarray, i: int, tag: int, key: np.ndarray, v:
 
 
 @njit(cache=True)
-def h_del(hk: np.ndarray, cnt: np.ndarray, i: int) -> None:  # pragma: no cover - compiled
-    """Remove slot ``i``, shifting later entries of its cluster back."""
+def h_del(hk: np.ndarray, d_hash: np.ndarray, cnt: np.ndarray, i: int) -> None:  # pragma: no cover - compiled
+    """Remove slot ``i``, shifting later entries of its cluster back (every row written is marked dirty)."""
     mask = hk.shape[0] - 1
     kw = hk.shape[1] - 1
     j = i
@@ -82,8 +85,10 @@ def h_del(hk: np.ndarray, cnt: np.ndarray, i: int) -> None:  # pragma: no cover 
         k = np.int64(_hash(hk[j, 0], hk[j, 1:kw]) & np.uint64(mask))
         if not between(i, k, j):  # j's home is not in (i, j]: it may move back to i
             hk[i] = hk[j]
+            d_hash[i] = 1
             i = j
     hk[i, 0] = EMPTY
+    d_hash[i] = 1
     cnt[0] -= 1
 
 
@@ -163,6 +168,7 @@ def _propagate(
     t_next: np.ndarray,
     t_val: np.ndarray,
     t_valn: np.ndarray,
+    d_slot: np.ndarray,
     meta: tuple,  # type: ignore[type-arg]
     out: tuple,  # type: ignore[type-arg]
 ) -> tuple:  # type: ignore[type-arg]  # pragma: no cover - compiled
@@ -188,6 +194,7 @@ def _propagate(
         pos = node_ppos[b]
         w = h_get(hk, nn + p * maxc + pos, t_pk[z])
         while w >= 0:
+            d_slot[w] = 1
             turns = False
             if sign > 0:
                 t_s[w] += 1
@@ -236,15 +243,19 @@ def apply_changes(
     t_valn: np.ndarray,
     t_free: np.ndarray,
     cnt: np.ndarray,  # [hash entries, free slots, high-water mark]
+    d_hash: np.ndarray,  # dirty flags (written since the last checkpoint) per hash row
+    d_slot: np.ndarray,  # and per tuple slot
     meta: tuple,  # type: ignore[type-arg]
     out: tuple,  # type: ignore[type-arg]
     per_change: int,  # most hash entries one change adds
     max_load: float,
 ) -> tuple:  # type: ignore[type-arg]  # pragma: no cover - compiled
-    """Apply the changes; returns (status per change, ΔQ (words, null flags, signs, rows), the hash).
+    """Apply the changes; returns (status per change, ΔQ (words, null flags, signs, rows), the hash, its flags).
 
-    The hash doubles whenever a change could take it past ``max_load``; the tuple slots
-    must have room for the batch's inserts (the caller reserves them).
+    The hash doubles whenever a change could take it past ``max_load`` (every row of the
+    new table is then dirty); the tuple slots must have room for the batch's inserts (the
+    caller reserves them).  Every hash row and tuple slot written is flagged in
+    ``d_hash``/``d_slot``, so an incremental checkpoint writes those alone.
     """
     (node_nc, _, _, node_child, node_vw, node_ns, _, _, _, _, _, rel_nodes) = meta
     rel_ptag = rel_nodes[:, 0]  # presence tag, or -1: the relation's single alias holds presence
@@ -257,6 +268,7 @@ def apply_changes(
     for k in range(c_row.shape[0]):
         if cnt[0] + per_change > max_load * hk.shape[0]:
             hk = grow(hk, 2 * hk.shape[0])
+            d_hash = np.ones(hk.shape[0], np.uint8)
         if c_stale[k]:
             status[k] = STALE
             continue
@@ -272,12 +284,12 @@ def apply_changes(
                 status[k] = PRESENT
                 continue
             if ptag >= 0:
-                h_put(hk, cnt, -(hp + 1), ptag, pk, 0)
+                h_put(hk, d_hash, cnt, -(hp + 1), ptag, pk, 0)
             for j in range(n_aliases[r]):
                 a = rel_nodes[r, 2 + j]
                 if not g_sel[g, j]:
                     if ptag < 0:
-                        h_put(hk, cnt, -(hp + 1), a, pk, -1)
+                        h_put(hk, d_hash, cnt, -(hp + 1), a, pk, -1)
                     continue
                 # allocate a slot
                 if cnt[1] > 0:
@@ -286,8 +298,9 @@ def apply_changes(
                 else:
                     x = cnt[2]
                     cnt[2] += 1
+                d_slot[x] = 1
                 hs = h_find(hk, a, pk)
-                h_put(hk, cnt, -(hs + 1), a, pk, x)
+                h_put(hk, d_hash, cnt, -(hs + 1), a, pk, x)
                 t_node[x] = a
                 t_pk[x] = pk
                 nc = node_nc[a]
@@ -306,9 +319,11 @@ def apply_changes(
                         head = hk[hi, vcol]
                         t_next[x, i] = head
                         t_prev[head, i] = x
+                        d_slot[head] = 1
                         hk[hi, vcol] = x
+                        d_hash[hi] = 1
                     else:
-                        h_put(hk, cnt, -(hi + 1), tag, fk, x)
+                        h_put(hk, d_hash, cnt, -(hi + 1), tag, fk, x)
                     y = h_get(hk, node_child[a, i], fk)
                     if y >= 0 and t_live[y]:
                         s += 1
@@ -322,31 +337,33 @@ def apply_changes(
                     continue
                 t_live[x] = 1
                 stack, out = _propagate(
-                    x, 1, stack, hk, t_node, t_pk, t_fk, t_s, t_live, t_next, t_val, t_valn, meta, out
+                    x, 1, stack, hk, t_node, t_pk, t_fk, t_s, t_live, t_next, t_val, t_valn, d_slot, meta, out
                 )
         else:
             if hp < 0:
                 status[k] = ABSENT
                 continue
             if ptag >= 0:
-                h_del(hk, cnt, hp)
+                h_del(hk, d_hash, cnt, hp)
             for j in range(n_aliases[r]):
                 a = rel_nodes[r, 2 + j]
                 hs = h_find(hk, a, pk)
                 if hs < 0:
                     continue
                 x = hk[hs, vcol]
+                if x >= 0:
+                    d_slot[x] = 1
                 if x < 0:  # present, not selected
-                    h_del(hk, cnt, hs)
+                    h_del(hk, d_hash, cnt, hs)
                     continue
                 if t_live[x]:
                     t_live[x] = 0
                     stack, out = _propagate(
-                        x, -1, stack, hk, t_node, t_pk, t_fk, t_s, t_live, t_next, t_val, t_valn, meta, out
+                        x, -1, stack, hk, t_node, t_pk, t_fk, t_s, t_live, t_next, t_val, t_valn, d_slot, meta, out
                     )
                 # unlink from the child indexes, then free the slot
                 hs = h_find(hk, a, pk)  # the propagation moved no entry, but stay safe
-                h_del(hk, cnt, hs)
+                h_del(hk, d_hash, cnt, hs)
                 for i in range(node_nc[a]):
                     if t_fkn[x, i]:
                         continue
@@ -354,17 +371,37 @@ def apply_changes(
                     if pv < 0:
                         hi = h_find(hk, nn + a * maxc + i, t_fk[x, i])
                         if nx < 0:
-                            h_del(hk, cnt, hi)
+                            h_del(hk, d_hash, cnt, hi)
                         else:
                             hk[hi, vcol] = nx
+                            d_hash[hi] = 1
                             t_prev[nx, i] = -1
+                            d_slot[nx] = 1
                     else:
                         t_next[pv, i] = nx
+                        d_slot[pv] = 1
                         if nx >= 0:
                             t_prev[nx, i] = pv
+                            d_slot[nx] = 1
                 t_node[x] = -1
                 t_live[x] = 0
                 t_s[x] = 0
                 t_free[cnt[1]] = x
                 cnt[1] += 1
-    return status, out, hk
+    return status, out, hk, d_hash
+
+
+@njit(cache=True)
+def probe_lengths(hk: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Per occupied row, how many rows a lookup of its entry reads (1: at its home row); for measurements."""
+    mask = hk.shape[0] - 1
+    kw = hk.shape[1] - 1
+    out = np.empty(hk.shape[0], np.int64)
+    n = 0
+    for i in range(hk.shape[0]):
+        if hk[i, 0] == EMPTY:
+            continue
+        home = np.int64(_hash(hk[i, 0], hk[i, 1:kw]) & np.uint64(mask))
+        out[n] = ((i - home) & mask) + 1
+        n += 1
+    return out[:n]

@@ -16,8 +16,7 @@ fast one cannot encode: assertion keys, non-integer keys).  ``engine="auto"`` pi
 
 from __future__ import annotations
 
-import io
-import pickle
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.cq import ckfile
 from ssbj.cq.aggregate import GroupState
 from ssbj.cq.changes import OP, POS, SEQ, DeadLetter, _row_json, validate
 from ssbj.cq.engine import Node
@@ -37,7 +37,6 @@ from ssbj.cq.query import QueryPlan
 from ssbj.cq.values import to_python
 from ssbj.errors import CheckpointError, ConfigError
 
-_FORMAT = 2  # 1: the dict engine only
 ENGINES = ("auto", "fast", "reference")
 _REASONS = {
     STALE: "_seq repeats or is not after the last applied change",
@@ -100,7 +99,11 @@ class ContinuousQuery:
         self.present: dict[str, set[Any]] = {r: set() for r in plan.relations()}
         self.last_seq: int | None = None
         self.applied = 0
+        self.join_rows = 0  # join results that entered or left ΔQ (the array engine's work counter, not state)
         self.dead_letters: list[DeadLetter] = []
+        # the checkpoint chain the state is at: (full checkpoint's token, increments on top), None: not known
+        self.chain: tuple[str, int] | None = None
+        self._pending: tuple[str, int] | None = None
 
     def _layout(self, alias: str, out: list[int]) -> int:
         node = self.nodes[alias]
@@ -221,6 +224,7 @@ class ContinuousQuery:
             r = int(rels[k])
             dead.append(self._dead(names[r], raw[r], int(rows[k]), _REASONS[int(status[k])]))
         self.applied += len(status) - len(bad)
+        self.join_rows += n_plus + n_minus
         return self.groups.apply_slots(plus, n_plus, minus, n_minus)
 
     def _apply_reference(
@@ -361,38 +365,82 @@ class ContinuousQuery:
 
     # -- checkpoints
     def state_bytes(self) -> bytes:
-        """Return the whole state, serialised (a checkpoint's data file)."""
-        buf = io.BytesIO()
+        """Return the whole state, serialised and compressed (a full checkpoint's data file).
+
+        Pure: :meth:`checkpoint_committed` makes it the base later increments build on.
+        """
+        token = uuid.uuid4().hex
         data: dict[str, Any] = {
-            "format": _FORMAT,
+            "kind": "full",
             "fingerprint": self.plan.fingerprint,
             "engine": self.engine,
             "dead": len(self.dead_letters),
+            "chain": (token, 0),
+            "groups": self.groups.groups,
+            "last_seq": self.last_seq,
+            "applied": self.applied,
         }
-        if self.fast is not None:  # the arrays go in as raw buffers (protocol 5), cut to their used part
-            data.update(
-                arrays=self.fast.arrays(),
-                dicts=self.fast.dicts,
-                groups=self.groups.groups,
-                last_seq=self.last_seq,
-                applied=self.applied,
-            )
+        if self.fast is not None:  # the arrays go in as raw buffers, cut to their used part
+            data.update(arrays=self.fast.base_arrays(), dicts=self.fast.dicts)
         else:
             data["state"] = self.state()
-        pickle.dump(data, buf, protocol=5)
-        return buf.getvalue()
+        self._pending = (token, 0)
+        return ckfile.pack(data)
+
+    def can_increment(self) -> bool:
+        """Whether :meth:`increment_bytes` can write on top of the last committed checkpoint."""
+        return self.fast is not None and self.chain is not None
+
+    def increment_bytes(self) -> bytes:
+        """Return what changed since the last committed checkpoint (dirty hash rows and tuple slots, the groups).
+
+        Restored by :meth:`apply_increment_bytes` on top of that checkpoint; pure until
+        :meth:`checkpoint_committed`.  The array engine only (the dict engine logs changes).
+        """
+        if self.fast is None or self.chain is None:
+            raise ConfigError("continuous query: an increment needs the array engine and a committed checkpoint")
+        token, step = self.chain
+        data = {
+            "kind": "increment",
+            "fingerprint": self.plan.fingerprint,
+            "engine": self.engine,
+            "chain": (token, step + 1),
+            "arrays": self.fast.increment_arrays(),
+            "dicts": self.fast.dicts,
+            "groups": self.groups.groups,
+            "last_seq": self.last_seq,
+            "applied": self.applied,
+        }
+        self._pending = (token, step + 1)
+        return ckfile.pack(data)
+
+    def dirty_fraction(self) -> float:
+        """Share of the state an increment would write now (1.0 for the dict engine: it has none)."""
+        return 1.0 if self.fast is None else self.fast.dirty_fraction()
+
+    def checkpoint_committed(self) -> None:
+        """Build on the bytes :meth:`state_bytes`/:meth:`increment_bytes` returned last: they are stored."""
+        self.chain, self._pending = self._pending, None
+        if self.fast is not None:
+            self.fast.clear_dirty()
 
     @classmethod
     def from_state_bytes(cls, plan: QueryPlan, blob: bytes, where: str) -> ContinuousQuery:
-        """Rebuild a query from :meth:`state_bytes` of the same query and schema (``where`` names it in errors)."""
-        # written by state_bytes() for this query (the manifest's fingerprint is checked first): not foreign input
-        data = pickle.loads(blob)  # noqa: S301
-        if data.get("format") not in (1, _FORMAT):
-            raise CheckpointError(f"{where} has format {data.get('format')}, expected {_FORMAT}")
+        """Rebuild a query from :meth:`state_bytes` of the same query and schema (``where`` names it in errors).
+
+        Formats 1 and 2 (uncompressed pickles of earlier versions) are read too.
+        """
+        data = ckfile.unpack(blob, where)
+        if data.get("kind", "full") != "full":
+            raise CheckpointError(f"{where} is an increment, not a full checkpoint")
         if data.get("fingerprint") != plan.fingerprint:
             raise CheckpointError(f"{where} belongs to another query or schema")
         cq = cls(plan, engine=data.get("engine", "reference"))
-        if cq.fast is not None:
+        chain = data.get("chain")
+        cq.chain = None if chain is None else (str(chain[0]), int(chain[1]))
+        if "arrays" in data:
+            if cq.fast is None:  # pragma: no cover - the plan decides the engine, as when it was written
+                raise CheckpointError(f"{where} holds the array engine's state; this plan runs the dict engine")
             cq.fast.load_arrays(data["arrays"], data["dicts"])
             cq.groups.groups = data["groups"]
             cq.last_seq = data["last_seq"]
@@ -406,6 +454,20 @@ class ContinuousQuery:
         cq.last_seq = st["last_seq"]
         cq.applied = st["applied"]
         return cq
+
+    def apply_increment_bytes(self, blob: bytes, where: str) -> None:
+        """Bring the state forward by :meth:`increment_bytes`, written right after the checkpoint it is at."""
+        data = ckfile.unpack(blob, where)
+        if data.get("kind") != "increment" or data.get("fingerprint") != self.plan.fingerprint:
+            raise CheckpointError(f"{where} is not an increment of this query")
+        token, step = data["chain"]
+        if self.fast is None or self.chain != (token, step - 1):
+            raise CheckpointError(f"{where} is increment {step} of chain {token}; the state is at {self.chain}")
+        self.fast.apply_increment(data["arrays"], data["dicts"], where)
+        self.groups.groups = data["groups"]
+        self.last_seq = data["last_seq"]
+        self.applied = data["applied"]
+        self.chain = (token, step)
 
     def checkpoint(
         self,
@@ -432,6 +494,7 @@ class ContinuousQuery:
                 **(extra or {}),
             },
         )
+        self.checkpoint_committed()
 
     @classmethod
     def restore(

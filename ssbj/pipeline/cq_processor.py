@@ -7,8 +7,11 @@ Exactly once, by the same three rules as :mod:`ssbj.pipeline.processor`:
    absolute rows of the changed groups (upserts and deletes by group key), never increments;
 2. the engine's state is checkpointed after the writes, under the batch id, with the
    counters and the next ``_seq`` in its manifest;  the whole state is written every
-   ``full_every`` batches, the batches between as their change rows (a log re-applied on
-   restore: the engine is deterministic, so the same changes rebuild the same state);
+   ``full_every`` batches, the batches between as increments: with the array engine the
+   hash rows and tuple slots the batch wrote (patched onto the base on restore, zstd
+   compressed like the base; a batch that dirtied more than half the state writes it
+   whole), with the dict engine its change rows (a log re-applied on restore: the
+   engine is deterministic, so the same changes rebuild the same state);
 3. a batch whose id is not newer than the last checkpoint is a replay: the state rolls
    back to the checkpoint before it and the batch is processed again; it then computes
    the same delta (the same records get the same ``_seq``) and writes the same rows.
@@ -80,6 +83,7 @@ class CqProcessor:
         deltas: WarehouseSink | None = None,
         snapshot: Decoder | None = None,
         full_every: int = 20,
+        max_increment: float = 0.5,
     ) -> None:
         self.plan = plan
         self.store = store
@@ -88,8 +92,9 @@ class CqProcessor:
         self.deltas = deltas
         self.snapshot = snapshot
         self.full_every = max(1, full_every)
+        self.max_increment = max_increment  # an increment over this share of the state is written whole instead
         self.base: str | None = None  # the newest checkpoint's full-state file
-        self.log: list[list[Any]] = []  # [batch id, {relation: change file}] of the batches after it
+        self.log: list[list[Any]] = []  # per batch since: [id, {relation: file}] or [id, {"state": f}, "state"]
         self.lock = threading.RLock()
         self.cq: ContinuousQuery | None = None
         self.last_batch: int | None = None
@@ -133,8 +138,14 @@ class CqProcessor:
             raise CheckpointError(f"checkpoint {cid} in {self.store.path} belongs to another query or schema")
         base = str(manifest["base"])
         cq = ContinuousQuery.from_state_bytes(self.plan, self.store.read(base), f"checkpoint {cid}")
-        for _, files in manifest["log"]:
-            cq.apply({relation: self.store.read_table(f) for relation, f in files.items()})
+        for entry in manifest["log"]:  # [batch id, files] (changes) or [batch id, {"state": file}, "state"]
+            files = entry[1]
+            if len(entry) > 2 and entry[2] == "state":
+                cq.apply_increment_bytes(self.store.read(files["state"]), f"checkpoint {cid}: {files['state']}")
+            else:
+                cq.apply({relation: self.store.read_table(f) for relation, f in files.items()})
+        if any(len(entry) <= 2 for entry in manifest["log"]):
+            cq.chain = None  # changes re-applied: the arrays are not a committed checkpoint's, the next one is full
         cq.dead_letters.clear()
         self.cq = cq
         self.base, self.log = base, manifest["log"]
@@ -142,13 +153,21 @@ class CqProcessor:
         self.totals = CqTotals(**manifest["totals"])
 
     def _checkpoint(self, batch_id: int, changes: dict[str, pa.Table]) -> None:
-        """Write the whole state every ``full_every`` batches, else this batch's changes on top of the last one."""
+        """Write the whole state every ``full_every`` batches, else this batch's increment on top of the last one."""
         cq = self.cq
         assert cq is not None  # noqa: S101
         store = faults.store_for(self.store, batch_id)
-        if self.base is None or len(self.log) + 1 >= self.full_every:
+        if (
+            self.base is None
+            or len(self.log) + 1 >= self.full_every
+            or (cq.fast is not None and (not cq.can_increment() or cq.dirty_fraction() > self.max_increment))
+        ):
             base, log = f"cq-{batch_id}.pickle", []
             store.write(base, cq.state_bytes())
+        elif cq.can_increment():
+            name = f"inc-{batch_id}.cq"
+            store.write(name, cq.increment_bytes())
+            base, log = self.base, [*self.log, [batch_id, {"state": name}, "state"]]
         else:
             files = {}
             for relation, table in changes.items():
@@ -156,7 +175,7 @@ class CqProcessor:
                 store.write_table(files[relation], table)
             base, log = self.base, [*self.log, [batch_id, files]]
         manifest = {
-            "files": [base, *(f for _, fs in log for f in fs.values())],
+            "files": [base, *(f for entry in log for f in entry[1].values())],
             "base": base,
             "log": log,
             "fingerprint": self.plan.fingerprint,
@@ -165,6 +184,7 @@ class CqProcessor:
             "result_rows": len(cq.groups.groups),
         }
         store.write_manifest(batch_id, manifest)
+        cq.checkpoint_committed()
         self.base, self.log = base, log
 
     def _rollback_before(self, batch_id: int) -> None:

@@ -68,6 +68,7 @@ def _batches(case: Q7Case, parts: int) -> list[tuple[pa.Table, dict[str, int]]]:
 
 
 def _processor(root: Path, plan: Any, db: Path, full_every: int) -> CqProcessor:
+    # every batch here loads a quarter of the data: allow increments of any size, to take that path
     return CqProcessor(
         plan,
         DirectoryStore(root / "ck"),
@@ -75,6 +76,7 @@ def _processor(root: Path, plan: Any, db: Path, full_every: int) -> CqProcessor:
         result=SqlResultTable(f"sqlite:///{db}", "q7_live"),
         deltas=ParquetDirSink(root / "deltas"),
         full_every=full_every,
+        max_increment=2.0,
     )
 
 
@@ -103,7 +105,7 @@ def _folded_deltas(path: Path) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("full_every", [1, 3])
 def test_q7_after_every_batch_with_replays_and_a_restart(case: Q7Case, tmp_path: Path, full_every: int) -> None:
-    """full_every 3: batches 1 and 2 are checkpointed as changes on top of batch 0's state."""
+    """full_every 3: batches 1 and 2 are checkpointed as increments (dirty rows) on top of batch 0's state."""
     plan = plan_query(case.sql, SCHEMA)
     db = tmp_path / "wh.db"
     proc = _processor(tmp_path, plan, db, full_every)
@@ -123,8 +125,8 @@ def test_q7_after_every_batch_with_replays_and_a_restart(case: Q7Case, tmp_path:
     again = _processor(tmp_path, plan, db, full_every)
     raw, upto = batches[-1]
     again.process(BATCHES - 1, lambda out: decode_batch(raw, plan, {}, out))
-    if full_every == 3:  # restored from batch 0's state plus the logged changes of batches 1 and 2
-        assert again.base == "cq-3.pickle" and sorted(p.name for p in (tmp_path / "ck").glob("log-*"))
+    if full_every == 3:  # restored from batch 3's state plus the increment of batch 4
+        assert again.base == "cq-3.pickle" and sorted(p.name for p in (tmp_path / "ck").glob("inc-*"))
     assert again.cq is not None and again.cq.state() == proc.cq.state()  # type: ignore[union-attr]
     final = case.expected()
     assert _table(db) == final
