@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
@@ -179,10 +180,18 @@ class SqlTableSink:
                 return None
             cols.append(text)
         n = table.num_rows
-        cols.append(pa.chunked_array([pa.array([str(batch_id)] * n, pa.string())]))
-        cols.append(pa.chunked_array([pa.array([str(segment)] * n, pa.string())]))
-        lines = pc.binary_join_element_wise(*cols, "\t")
-        return ("\n".join(lines.to_pylist()) + "\n").encode("utf-8")
+        cols.append(pa.chunked_array([pa.repeat(pa.scalar(str(batch_id), pa.string()), n)]))
+        cols.append(pa.chunked_array([pa.repeat(pa.scalar(str(segment), pa.string()), n)]))
+        # each line ends in "\n"; the strings' data buffer then is the file (no Python string per row)
+        large = pa.large_string()
+        tab, newline, empty = (pa.scalar(x, large) for x in ("\t", "\n", ""))
+        lines = pc.binary_join_element_wise(*(c.cast(large) for c in cols), tab).combine_chunks()
+        if lines.null_count:
+            raise StateError(f"bulk load into {self._table_name!r}: a rendered line is NULL")
+        lines = pc.binary_join_element_wise(lines, empty, newline)
+        offsets, data = lines.buffers()[1:3]
+        bounds = np.frombuffer(offsets, dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+        return data[int(bounds[0]) : int(bounds[-1])].to_pybytes() if data is not None else b""
 
     def _load(self, conn: Connection, data: bytes, rows: int) -> None:
         assert self._sa_table is not None  # noqa: S101

@@ -359,11 +359,17 @@ def stored_position(store: DirectoryStore) -> tuple[int, int]:
     return int(meta["batch_id"]), int(meta["segment"])
 
 
+def _token(store: DirectoryStore) -> str | None:
+    """The generation of the newest checkpoint in ``store`` (unique per checkpoint written)."""
+    latest = store.latest()
+    return None if latest is None else SemiStreamJoin.checkpoint_meta(store, latest).get("token")
+
+
 def shard_processor(job: ExecutorJob, shard: int) -> tuple[EnrichmentProcessor, bool]:
     """Return the shard's processor at its newest checkpoint, and whether it was resident in this worker."""
     key = (str(job.root), shard, job.fingerprint)
     proc = _RESIDENT.pop(key, None)
-    resident = proc is not None and proc.op is not None and proc.position() == stored_position(proc.store)
+    resident = proc is not None and proc.op is not None and proc.token is not None and proc.token == _token(proc.store)
     if proc is None:
         proc = new_processor(job, shard)
     if not resident:
@@ -405,7 +411,9 @@ def run_shard(job: ExecutorJob, shard: int, batch_id: int, table: pa.Table, drai
     decoded = _shard_input(job, table)
     key = (str(job.root), shard, job.fingerprint)
     with shard_lock(job, shard):
+        t1 = time.perf_counter()
         proc, resident = shard_processor(job, shard)
+        t2 = time.perf_counter()
         try:
             if drain_after is None:
                 progress: dict[str, Any] | None = proc.process(batch_id, lambda: decoded)
@@ -416,6 +424,8 @@ def run_shard(job: ExecutorJob, shard: int, batch_id: int, table: pa.Table, drai
             raise
         _RESIDENT[key] = proc
         counts = proc.counts().to_dict()
+    if progress is not None:  # the task's own work outside the processor's phases
+        progress["seconds"] = {**progress["seconds"], "input": t1 - t0, "restore": t2 - t1}
     return {
         "shard": shard,
         "progress": json.dumps(progress, default=float) if progress is not None else None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -86,6 +87,7 @@ class EnrichmentProcessor:
         self.master: CheckpointedMasterScan | None = None
         self.last_batch: int | None = None  # batch id of the newest checkpoint
         self.segment = 0
+        self.token: str | None = None  # the newest checkpoint's generation: this state wrote or restored it
         self.totals = Totals()
         self.last_progress: dict[str, Any] = {}
         self._last_batch_end = time.time()
@@ -124,6 +126,7 @@ class EnrichmentProcessor:
         self.op = SemiStreamJoin(plan.spec, master, self.stream_schema, master.schema, self.cost_model)
         self.last_batch = None
         self.segment = 0
+        self.token = None
         self.totals = Totals()
         self._completed = 0
 
@@ -156,6 +159,7 @@ class EnrichmentProcessor:
         self._completed = t0.matched_source_rows + t0.unmatched_source_rows
         self.last_batch = int(meta["batch_id"])
         self.segment = int(meta["segment"])
+        self.token = meta.get("token")
         t = dict(meta["totals"])
         self.totals = Totals(**t)
 
@@ -164,9 +168,11 @@ class EnrichmentProcessor:
 
     def _checkpoint(self, batch_id: int, segment: int) -> None:
         assert self.op is not None and self.master is not None  # noqa: S101
+        token = uuid.uuid4().hex
         meta = {
             "batch_id": batch_id,
             "segment": segment,
+            "token": token,
             "master_layout": self.master.layout(),
             "partition_rows": self.master.partition_rows,
             "chunk_bytes": self.op.chunk_bytes,
@@ -174,7 +180,7 @@ class EnrichmentProcessor:
             "counts": self.counts().to_dict(),  # what a driver sums over shards without restoring them
         }
         self.op.checkpoint(faults.store_for(self.store, batch_id), batch_id, meta)
-        self.last_batch, self.segment = batch_id, segment
+        self.last_batch, self.segment, self.token = batch_id, segment, token
 
     def reset(self) -> None:
         """Forget the in-memory state: the next batch reloads the newest checkpoint (after a failed batch)."""

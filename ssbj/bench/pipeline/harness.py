@@ -96,6 +96,7 @@ class Harness:
         self.memory: str = scale.budgets()[0]  # the budget of the methods run next
         self.shards = 1  # P of the methods run next
         self.method_timeout: float | None = None  # seconds a foreachBatch method may run before it is stopped
+        self.spark_master = "local[2]"
         self._db: Database | None = None
         self._broker: DirectTansu | None = None
         self.spark: Any = None
@@ -151,7 +152,7 @@ class Harness:
         self.setup["produce_seconds"] = produce_orders(self.broker.bootstrap, self.topic, self.data, self.case)
         log.info("produced %d orders in %.1f s", self.scale.tuples, self.setup["produce_seconds"])
         t0 = time.perf_counter()
-        self.spark = make_spark()
+        self.spark = make_spark(self.spark_master)
         self.setup["spark_start_seconds"] = time.perf_counter() - t0
         try:
             self.jvm_pid = int(self.spark.sparkContext._gateway.proc.pid)
@@ -237,7 +238,7 @@ class Harness:
             "dead_letter": {"kind": "database", "url": url, "password_env": PASSWORD_ENV, "table": f"{table}_dead"},
             "trigger": {"mode": "available-now"},
             "checkpoint": str(self.workdir / f"ck-{table}"),
-            "spark": {"master": "local[2]"},
+            "spark": {"master": self.spark_master},
         }
 
     def fresh(self, table: str, *extra: str) -> Path:
