@@ -58,6 +58,7 @@ from ssbj.core.shards import HashRouter, Router, route_column
 from ssbj.credentials import engine_for_url, needs_local_infile
 from ssbj.errors import StateError
 from ssbj.pipeline.factory import read_ahead
+from ssbj.pipeline.partwriter import parts_sink
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import Decoded, decoder
 from ssbj.pipeline.shardplan import ShardPlan
@@ -282,6 +283,18 @@ class ShardSink:
         """Replace the shard's rows of (batch, segment)."""
         self.inner.write(batch_id, shard_segment(segment, self.shard), table)
 
+    @property
+    def overlap(self) -> bool:
+        """Whether the inner sink loads parts while the join runs."""
+        return parts_sink(self.inner) is not None
+
+    def write_parts(self, batch_id: int, segment: int, parts: Iterator[pa.Table]) -> None:
+        """Replace the shard's rows of (batch, segment) by the parts (the inner sink must load parts)."""
+        inner = parts_sink(self.inner)
+        if inner is None:
+            raise StateError("ShardSink.write_parts: the sink does not load parts")
+        inner.write_parts(batch_id, shard_segment(segment, self.shard), parts)
+
     def close(self) -> None:
         """Release connections."""
         self.inner.close()
@@ -296,7 +309,9 @@ def _sink(cfg: DatabaseSink | ParquetSink, url: SecretStr | None) -> WarehouseSi
     if url is None:
         raise StateError("a database sink needs its URL")
     local_infile = needs_local_infile(cfg, url)
-    return SqlTableSink(engine_for_url(url, local_infile), cfg.table, create=cfg.create, bulk=cfg.bulk)
+    return SqlTableSink(
+        engine_for_url(url, local_infile), cfg.table, create=cfg.create, bulk=cfg.bulk, overlap=cfg.overlap
+    )
 
 
 def shard_scan(job: ExecutorJob, shard: int, layout: dict[str, Any] | None, partition_rows: int) -> SqlMasterScan:
@@ -360,7 +375,7 @@ def stored_position(store: DirectoryStore) -> tuple[int, int]:
 
 
 def _token(store: DirectoryStore) -> str | None:
-    """The generation of the newest checkpoint in ``store`` (unique per checkpoint written)."""
+    """Return the generation of the newest checkpoint in ``store`` (unique per checkpoint written)."""
     latest = store.latest()
     return None if latest is None else SemiStreamJoin.checkpoint_meta(store, latest).get("token")
 

@@ -31,9 +31,11 @@ from ssbj.contracts import DEAD_LETTER_SCHEMA, CheckpointedMasterScan, RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.operator import SemiStreamJoin, StepResult
+from ssbj.errors import StateError
 from ssbj.logs import fields
 from ssbj.pipeline import faults
 from ssbj.pipeline.observe import ObservedScan, StepObserver
+from ssbj.pipeline.partwriter import PartWriter, parts_sink
 from ssbj.pipeline.records import Decoded
 from ssbj.pipeline.replay import rollback_before
 from ssbj.planning import JoinSettings, estimate_row_bytes, join_spec, plan_join
@@ -207,15 +209,21 @@ class EnrichmentProcessor:
             faults.crash_point("after-decode", batch_id)
             records = decoded.rows.num_rows + decoded.dead.num_rows
             t1 = time.perf_counter()
-            op.push(decoded.rows)
-            results = []
-            while op.buffered_tuples:
-                results.append(self._observed(op.step()))
-            if not results and op.waiting_tuples:
-                results.append(self._observed(op.step()))  # keep the R-cycle moving for tuples already waiting
-            t2 = time.perf_counter()
-            out = self._output(results)
-            self.sink.write(batch_id, 0, out)
+            writer = self._writer(batch_id, 0)
+            try:
+                op.push(decoded.rows)
+                results = []
+                while op.buffered_tuples:
+                    results.append(self._step(op.step(), writer))
+                if not results and op.waiting_tuples:  # keep the R-cycle moving for tuples already waiting
+                    results.append(self._step(op.step(), writer))
+                t2 = time.perf_counter()
+                out = self._output(results)
+                self._finish(writer, batch_id, 0, out)
+            except BaseException:
+                if writer is not None:
+                    writer.abort()
+                raise
             self.dead_letter_sink.write(batch_id, 0, decoded.dead)
             faults.crash_point("after-sink", batch_id)
             t3 = time.perf_counter()
@@ -248,11 +256,17 @@ class EnrichmentProcessor:
             if self.last_batch is None or op.waiting_tuples == 0 or not is_committed(self.last_batch):
                 return None
             t0 = time.perf_counter()
-            results = [self._observed(r) for r in op.drain()]
-            t1 = time.perf_counter()
-            out = self._output(results)
             segment = self.segment + 1
-            self.sink.write(self.last_batch, segment, out)
+            writer = self._writer(self.last_batch, segment)
+            try:
+                results = [self._step(r, writer) for r in op.drain()]
+                t1 = time.perf_counter()
+                out = self._output(results)
+                self._finish(writer, self.last_batch, segment, out)
+            except BaseException:
+                if writer is not None:
+                    writer.abort()
+                raise
             t2 = time.perf_counter()
             self.totals.enriched_rows += out.num_rows
             self._checkpoint(self.last_batch, segment)
@@ -268,6 +282,26 @@ class EnrichmentProcessor:
                 out,
                 {"join": t1 - t0, "write": t2 - t1, "checkpoint": t3 - t2},
             )
+
+    def _writer(self, batch_id: int, segment: int) -> PartWriter | None:
+        """Return a writer that loads the output while the steps run (None: the sink writes it at the end)."""
+        sink = parts_sink(self.sink)
+        return PartWriter(sink, batch_id, segment) if sink is not None else None
+
+    def _step(self, result: StepResult, writer: PartWriter | None) -> StepResult:
+        result = self._observed(result)
+        if writer is not None:
+            assert self.op is not None  # noqa: S101
+            writer.put(collect([result], self.op.output_schema, self.settings.join_type))
+        return result
+
+    def _finish(self, writer: PartWriter | None, batch_id: int, segment: int, out: pa.Table) -> None:
+        if writer is None:
+            self.sink.write(batch_id, segment, out)
+            return
+        writer.finish()
+        if writer.rows != out.num_rows:  # the parts are the output, step by step
+            raise StateError(f"batch {batch_id}.{segment}: {writer.rows} rows written for {out.num_rows} output rows")
 
     def _output(self, results: list[StepResult]) -> pa.Table:
         assert self.op is not None  # noqa: S101
