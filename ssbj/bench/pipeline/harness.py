@@ -165,7 +165,10 @@ class Harness:
             self.setup["warm_up_seconds"] = time.perf_counter() - t0
 
     def warm_up(self) -> None:
-        """Run a small ssbj job once, unmeasured: Spark's Python workers, the Kafka source, numba kernels, sinks."""
+        """Run a small ssbj job once on the driver and once in the executors, unmeasured.
+
+        Warms Spark's Python workers (the shards' pool included), the Kafka source, numba kernels, sinks.
+        """
         n_cust, n_orders = 2_000, 4_000
         rng = np.random.default_rng(0)
         case = CASES["a"]
@@ -183,6 +186,11 @@ class Harness:
         cfg = self.job_config("ssbj", "wh_warmup", topic="warmup", master="customer_warm", batch=1_000, case=case)
         cfg["checkpoint"] = str(self.workdir / "ck-warmup")
         EnrichmentJob(parse_config(cfg, "warm-up"), spark=self.spark).run()
+        # and the executors' pools of shard workers (ssbj_exec), one shard per core
+        self.drop("wh_warmup", "wh_warmup_dead")
+        cfg["join"].update({"placement": "executors", "shards": int(self.spark.sparkContext.defaultParallelism)})
+        cfg["checkpoint"] = str(self.workdir / "ck-warmup-exec")
+        EnrichmentJob(parse_config(cfg, "warm-up executors"), spark=self.spark).run()
         self.drop("wh_warmup", "wh_warmup_dead", "customer_warm")
 
     def stop(self) -> None:
