@@ -143,8 +143,8 @@ class ExecutorJob:
 
 
 # ---------------------------------------------------------------- stage 1: decode and route
-def routed(job: ExecutorJob, part: int, decoded: Decoded) -> pa.Table:
-    """Return ``decoded``'s rows and dead letters with their sequence numbers, shards and labels."""
+def routed(job: ExecutorJob, part: int, decoded: Decoded, base: int = 0) -> pa.Table:
+    """Return ``decoded``'s rows and dead letters with their sequence numbers (from ``base``), shards and labels."""
     schema = job.routed_schema()
     rows, dead = decoded.rows, decoded.dead
     n, d = rows.num_rows, dead.num_rows
@@ -162,7 +162,7 @@ def routed(job: ExecutorJob, part: int, decoded: Decoded) -> pa.Table:
     for f in DEAD_LETTER_SCHEMA:
         bottom = dead.column(f.name).cast(f.type).combine_chunks() if d else pa.array([], f.type)
         cols.append(pa.concat_arrays([pa.nulls(n, f.type), bottom]))
-    seq = (np.int64(part) << np.int64(32)) + np.arange(n + d, dtype=np.int64)
+    seq = (np.int64(part) << np.int64(32)) + np.int64(base) + np.arange(n + d, dtype=np.int64)
     kind = np.concatenate([np.full(n, ROW, np.int8), np.full(d, DEAD, np.int8)])
     cols += [pa.array(seq), pa.array(shard), pa.array(labels), pa.array(kind)]
     return pa.Table.from_arrays(cols, schema=schema)
@@ -241,14 +241,22 @@ def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterato
 
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else 0
-    started, t0 = time.time(), time.perf_counter()
-    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]  # all of the input: see heartbeats
-    if not tables:
+    decode = decoder(job.cfg)
+    started, t = time.time(), time.perf_counter()
+    read = work = 0.0
+    parts: list[pa.Table] = []
+    base = 0
+    for b in batches:  # all of the input (see heartbeats), decoded batch by batch while the reader reads on
+        t1 = time.perf_counter()
+        read += t1 - t
+        if b.num_rows:
+            parts.append(routed(job, part, decode(pa.Table.from_batches([b])), base))
+            base += parts[-1].num_rows
+        t = time.perf_counter()
+        work += t - t1
+    if not parts:
         return
-    t1 = time.perf_counter()
-    decoded = decoder(job.cfg)(pa.concat_tables(tables))
-    table = routed(job, part, decoded)
-    yield pack(job, table, (t1 - t0, time.perf_counter() - t1, started))
+    yield pack(job, pa.concat_tables(parts), (read, work, started))  # work: decoding and routing, not packing
 
 
 def heartbeats(job: ExecutorJob, _batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
