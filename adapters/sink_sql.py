@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
@@ -50,14 +51,17 @@ class SqlTableSink:
         chunk_rows: int = 5000,
         retry: RetryPolicy | None = None,
         bulk: str = "auto",
+        overlap: bool = False,
     ) -> None:
         """Write into ``table`` (``schema.table`` allowed) through an engine or a URL.
 
         With ``create`` a missing table is created at :meth:`prepare`; ``chunk_rows`` rows go
         into one ``executemany`` call.  ``bulk``: ``auto`` (``LOAD DATA LOCAL INFILE`` where
         possible, see the module doc), ``insert`` (always ``executemany``) or ``load_data``
-        (fail when it cannot be used).
+        (fail when it cannot be used).  ``overlap``: a processor may hand the rows over in
+        parts while the join computes them (:meth:`write_parts`).
         """
+        self.overlap = overlap
         if chunk_rows < 1:
             raise ConfigError(f"chunk_rows must be >= 1, got {chunk_rows}")
         if bulk not in ("auto", "insert", "load_data"):
@@ -161,6 +165,67 @@ class SqlTableSink:
                 "sink %s: batch %d segment %d replaced %d earlier rows", self._table_name, batch_id, segment, deleted
             )
 
+    def write_parts(self, batch_id: int, segment: int, parts: Iterable[pa.Table], min_rows: int = 20_000) -> None:
+        """Replace the rows of (``batch_id``, ``segment``) by the concatenation of ``parts``, in one transaction.
+
+        The transaction opens before the first part arrives and loads parts (gathered to at
+        least ``min_rows`` rows) as they come, so a producer in another thread (the join's
+        steps) overlaps with the database's loading; it commits once ``parts`` is exhausted
+        and rolls back if iterating ``parts`` raises. Parts seen are kept for a retry.
+        """
+        if self._sa_table is None or self._arrow_schema is None:
+            raise StateError("SqlTableSink.write_parts before prepare()")
+        if batch_id < 0 or segment < 0:
+            raise StateError(f"batch_id and segment must be >= 0, got {batch_id}, {segment}")
+        source = iter(parts)
+        seen: list[pa.Table] = []
+
+        def pending() -> Iterator[pa.Table]:
+            yield from list(seen)
+            for t in source:
+                if t.schema.names != self._arrow_schema.names:  # type: ignore[union-attr]
+                    raise InputError(
+                        f"rows for sink table {self._table_name!r} have columns {t.schema.names}, "
+                        f"prepared for {self._arrow_schema.names}"  # type: ignore[union-attr]
+                    )
+                seen.append(t)
+                yield t
+
+        t = self._sa_table
+        delete = sa.delete(t).where(
+            t.c[BATCH_ID_COLUMN] == sa.bindparam("b_id", type_=sa.BigInteger()),
+            t.c[SEGMENT_COLUMN] == sa.bindparam("b_seg", type_=sa.Integer()),
+        )
+        insert = sa.insert(t)
+
+        def work(conn: Connection) -> int:
+            deleted = conn.execute(delete, {"b_id": batch_id, "b_seg": segment}).rowcount
+            for part in _gathered(pending(), min_rows):
+                data = self._load_data_text(batch_id, segment, part) if self._bulk_usable() else None
+                if data is not None:
+                    self._load(conn, data, part.num_rows)
+                else:
+                    for params in self._param_chunks(batch_id, segment, part):
+                        conn.execute(insert, params)
+            return int(deleted)
+
+        try:
+            isolation = "READ COMMITTED" if self._mysql else None  # as in write(): no gap locks between shards
+            deleted = self._runner.run(
+                work, f"writing batch {batch_id} segment {segment}", transaction=True, isolation=isolation
+            )
+        except TerminalError as e:
+            if not self._bulk_usable() or self._bulk != "auto" or not _local_infile_refused(e):
+                raise
+            log.warning("sink %s: the server refuses LOAD DATA LOCAL INFILE; using INSERT", self._table_name)
+            self._bulk = "insert"
+            self.write_parts(batch_id, segment, pending(), min_rows)
+            return
+        if deleted:
+            log.info(
+                "sink %s: batch %d segment %d replaced %d earlier rows", self._table_name, batch_id, segment, deleted
+            )
+
     # ------------------------------------------------------------ bulk path (MySQL/MariaDB)
     def _bulk_usable(self) -> bool:
         ok = self._mysql and self._engine.dialect.driver == "pymysql" and self._bulk != "insert"
@@ -179,10 +244,18 @@ class SqlTableSink:
                 return None
             cols.append(text)
         n = table.num_rows
-        cols.append(pa.chunked_array([pa.array([str(batch_id)] * n, pa.string())]))
-        cols.append(pa.chunked_array([pa.array([str(segment)] * n, pa.string())]))
-        lines = pc.binary_join_element_wise(*cols, "\t")
-        return ("\n".join(lines.to_pylist()) + "\n").encode("utf-8")
+        cols.append(pa.chunked_array([pa.repeat(pa.scalar(str(batch_id), pa.string()), n)]))
+        cols.append(pa.chunked_array([pa.repeat(pa.scalar(str(segment), pa.string()), n)]))
+        # each line ends in "\n"; the strings' data buffer then is the file (no Python string per row)
+        large = pa.large_string()
+        tab, newline, empty = (pa.scalar(x, large) for x in ("\t", "\n", ""))
+        lines = pc.binary_join_element_wise(*(c.cast(large) for c in cols), tab).combine_chunks()
+        if lines.null_count:
+            raise StateError(f"bulk load into {self._table_name!r}: a rendered line is NULL")
+        lines = pc.binary_join_element_wise(lines, empty, newline)
+        offsets, data = lines.buffers()[1:3]
+        bounds = np.frombuffer(offsets, dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+        return data[int(bounds[0]) : int(bounds[-1])].to_pybytes() if data is not None else b""
 
     def _load(self, conn: Connection, data: bytes, rows: int) -> None:
         assert self._sa_table is not None  # noqa: S101
@@ -242,6 +315,21 @@ class SqlTableSink:
         """Release the engine's connections (if the sink created the engine)."""
         if self._owns_engine:
             self._engine.dispose()
+
+
+def _gathered(parts: Iterable[pa.Table], min_rows: int) -> Iterator[pa.Table]:
+    """``parts`` concatenated into tables of at least ``min_rows`` rows (the last one: what is left)."""
+    held: list[pa.Table] = []
+    rows = 0
+    for t in parts:
+        if t.num_rows:
+            held.append(t)
+            rows += t.num_rows
+        if rows >= min_rows:
+            yield pa.concat_tables(held)
+            held, rows = [], 0
+    if held:
+        yield pa.concat_tables(held)
 
 
 def _escape(col: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -164,6 +164,11 @@ class DatabaseSink(Database):
     bulk: Literal["auto", "insert", "load_data"] = Field(
         "auto", description="auto: LOAD DATA LOCAL INFILE on MySQL/MariaDB when the server allows it"
     )
+    overlap: bool = Field(
+        True,
+        description="load a micro-batch's output step by step while the join computes the rest "
+        "(one transaction in a thread); false: write it whole after the join",
+    )
 
     @field_validator("table")
     @classmethod

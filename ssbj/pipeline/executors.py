@@ -58,6 +58,7 @@ from ssbj.core.shards import HashRouter, Router, route_column
 from ssbj.credentials import engine_for_url, needs_local_infile
 from ssbj.errors import StateError
 from ssbj.pipeline.factory import read_ahead
+from ssbj.pipeline.partwriter import parts_sink
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import Decoded, decoder
 from ssbj.pipeline.shardplan import ShardPlan
@@ -142,8 +143,8 @@ class ExecutorJob:
 
 
 # ---------------------------------------------------------------- stage 1: decode and route
-def routed(job: ExecutorJob, part: int, decoded: Decoded) -> pa.Table:
-    """Return ``decoded``'s rows and dead letters with their sequence numbers, shards and labels."""
+def routed(job: ExecutorJob, part: int, decoded: Decoded, base: int = 0) -> pa.Table:
+    """Return ``decoded``'s rows and dead letters with their sequence numbers (from ``base``), shards and labels."""
     schema = job.routed_schema()
     rows, dead = decoded.rows, decoded.dead
     n, d = rows.num_rows, dead.num_rows
@@ -161,7 +162,7 @@ def routed(job: ExecutorJob, part: int, decoded: Decoded) -> pa.Table:
     for f in DEAD_LETTER_SCHEMA:
         bottom = dead.column(f.name).cast(f.type).combine_chunks() if d else pa.array([], f.type)
         cols.append(pa.concat_arrays([pa.nulls(n, f.type), bottom]))
-    seq = (np.int64(part) << np.int64(32)) + np.arange(n + d, dtype=np.int64)
+    seq = (np.int64(part) << np.int64(32)) + np.int64(base) + np.arange(n + d, dtype=np.int64)
     kind = np.concatenate([np.full(n, ROW, np.int8), np.full(d, DEAD, np.int8)])
     cols += [pa.array(seq), pa.array(shard), pa.array(labels), pa.array(kind)]
     return pa.Table.from_arrays(cols, schema=schema)
@@ -240,14 +241,22 @@ def decode_route(job: ExecutorJob, batches: Iterator[pa.RecordBatch]) -> Iterato
 
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else 0
-    started, t0 = time.time(), time.perf_counter()
-    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]  # all of the input: see heartbeats
-    if not tables:
+    decode = decoder(job.cfg)
+    started, t = time.time(), time.perf_counter()
+    read = work = 0.0
+    parts: list[pa.Table] = []
+    base = 0
+    for b in batches:  # all of the input (see heartbeats), decoded batch by batch while the reader reads on
+        t1 = time.perf_counter()
+        read += t1 - t
+        if b.num_rows:
+            parts.append(routed(job, part, decode(pa.Table.from_batches([b])), base))
+            base += parts[-1].num_rows
+        t = time.perf_counter()
+        work += t - t1
+    if not parts:
         return
-    t1 = time.perf_counter()
-    decoded = decoder(job.cfg)(pa.concat_tables(tables))
-    table = routed(job, part, decoded)
-    yield pack(job, table, (t1 - t0, time.perf_counter() - t1, started))
+    yield pack(job, pa.concat_tables(parts), (read, work, started))  # work: decoding and routing, not packing
 
 
 def heartbeats(job: ExecutorJob, _batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -282,6 +291,18 @@ class ShardSink:
         """Replace the shard's rows of (batch, segment)."""
         self.inner.write(batch_id, shard_segment(segment, self.shard), table)
 
+    @property
+    def overlap(self) -> bool:
+        """Whether the inner sink loads parts while the join runs."""
+        return parts_sink(self.inner) is not None
+
+    def write_parts(self, batch_id: int, segment: int, parts: Iterator[pa.Table]) -> None:
+        """Replace the shard's rows of (batch, segment) by the parts (the inner sink must load parts)."""
+        inner = parts_sink(self.inner)
+        if inner is None:
+            raise StateError("ShardSink.write_parts: the sink does not load parts")
+        inner.write_parts(batch_id, shard_segment(segment, self.shard), parts)
+
     def close(self) -> None:
         """Release connections."""
         self.inner.close()
@@ -296,7 +317,9 @@ def _sink(cfg: DatabaseSink | ParquetSink, url: SecretStr | None) -> WarehouseSi
     if url is None:
         raise StateError("a database sink needs its URL")
     local_infile = needs_local_infile(cfg, url)
-    return SqlTableSink(engine_for_url(url, local_infile), cfg.table, create=cfg.create, bulk=cfg.bulk)
+    return SqlTableSink(
+        engine_for_url(url, local_infile), cfg.table, create=cfg.create, bulk=cfg.bulk, overlap=cfg.overlap
+    )
 
 
 def shard_scan(job: ExecutorJob, shard: int, layout: dict[str, Any] | None, partition_rows: int) -> SqlMasterScan:
@@ -359,11 +382,17 @@ def stored_position(store: DirectoryStore) -> tuple[int, int]:
     return int(meta["batch_id"]), int(meta["segment"])
 
 
+def _token(store: DirectoryStore) -> str | None:
+    """Return the generation of the newest checkpoint in ``store`` (unique per checkpoint written)."""
+    latest = store.latest()
+    return None if latest is None else SemiStreamJoin.checkpoint_meta(store, latest).get("token")
+
+
 def shard_processor(job: ExecutorJob, shard: int) -> tuple[EnrichmentProcessor, bool]:
     """Return the shard's processor at its newest checkpoint, and whether it was resident in this worker."""
     key = (str(job.root), shard, job.fingerprint)
     proc = _RESIDENT.pop(key, None)
-    resident = proc is not None and proc.op is not None and proc.position() == stored_position(proc.store)
+    resident = proc is not None and proc.op is not None and proc.token is not None and proc.token == _token(proc.store)
     if proc is None:
         proc = new_processor(job, shard)
     if not resident:
@@ -405,7 +434,9 @@ def run_shard(job: ExecutorJob, shard: int, batch_id: int, table: pa.Table, drai
     decoded = _shard_input(job, table)
     key = (str(job.root), shard, job.fingerprint)
     with shard_lock(job, shard):
+        t1 = time.perf_counter()
         proc, resident = shard_processor(job, shard)
+        t2 = time.perf_counter()
         try:
             if drain_after is None:
                 progress: dict[str, Any] | None = proc.process(batch_id, lambda: decoded)
@@ -416,6 +447,8 @@ def run_shard(job: ExecutorJob, shard: int, batch_id: int, table: pa.Table, drai
             raise
         _RESIDENT[key] = proc
         counts = proc.counts().to_dict()
+    if progress is not None:  # the task's own work outside the processor's phases
+        progress["seconds"] = {**progress["seconds"], "input": t1 - t0, "restore": t2 - t1}
     return {
         "shard": shard,
         "progress": json.dumps(progress, default=float) if progress is not None else None,

@@ -33,7 +33,7 @@ def build_sink(cfg: DatabaseSink | ParquetSink) -> WarehouseSink:
     if cfg.kind == "parquet":
         return ParquetDirSink(cfg.path)
 
-    return SqlTableSink(engine(cfg), cfg.table, create=cfg.create, bulk=cfg.bulk)
+    return SqlTableSink(engine(cfg), cfg.table, create=cfg.create, bulk=cfg.bulk, overlap=cfg.overlap)
 
 
 def scan_rows(scan: CheckpointedMasterScan) -> int:

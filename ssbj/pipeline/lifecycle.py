@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +33,10 @@ import pyarrow as pa
 
 from ssbj.contracts import DEAD_LETTER_SCHEMA, RunCounts, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
+from ssbj.errors import StateError
 from ssbj.logs import fields
 from ssbj.pipeline import faults
+from ssbj.pipeline.partwriter import PartWriter, parts_sink
 from ssbj.pipeline.records import Decoded
 from ssbj.pipeline.replay import rollback_before
 
@@ -41,6 +44,9 @@ log = logging.getLogger("ssbj.progress")
 
 Got = TypeVar("Got")
 """What a batch's ``decode`` returns for the job kind."""
+
+Emit = Callable[[pa.Table], None] | None
+"""Where a job kind that writes step by step hands each step's output (None: written whole after the join)."""
 
 
 @dataclass
@@ -61,6 +67,8 @@ class Joined:
 class JoinProcessor(ABC, Generic[Got]):
     """Drives one job's operator one micro-batch at a time, with idempotent sinks."""
 
+    emits_steps = False  # _join and _drain_steps hand each step's output to emit (a sink may load it meanwhile)
+
     def __init__(self, sink: WarehouseSink, dead_letters: WarehouseSink, store: DirectoryStore) -> None:
         self.sink = sink
         self.dead_letter_sink = dead_letters
@@ -68,9 +76,11 @@ class JoinProcessor(ABC, Generic[Got]):
         self.lock = threading.RLock()
         self.last_batch: int | None = None  # batch id of the newest checkpoint
         self.segment = 0
+        self.token: str | None = None  # the newest checkpoint's generation: this state wrote or restored it
         self.last_progress: dict[str, Any] = {}
         self._prepared = False
         self._last_batch_end = time.time()
+        self._write_seconds = 0.0
 
     # ------------------------------------------------------------------ the job kind's operator
     @abstractmethod
@@ -102,7 +112,7 @@ class JoinProcessor(ABC, Generic[Got]):
         """Return the job kind's fields of the manifest (layouts, plans, totals)."""
 
     @abstractmethod
-    def _join(self, got: Got) -> Joined:
+    def _join(self, got: Got, emit: Emit) -> Joined:
         """Feed a decoded batch to the operator and step it."""
 
     @abstractmethod
@@ -110,7 +120,7 @@ class JoinProcessor(ABC, Generic[Got]):
         """Tuples (or rows) a drain would finish."""
 
     @abstractmethod
-    def _drain_steps(self) -> Joined:
+    def _drain_steps(self, emit: Emit) -> Joined:
         """Finish the waiting tuples' R-cycles."""
 
     @abstractmethod
@@ -147,14 +157,16 @@ class JoinProcessor(ABC, Generic[Got]):
         rollback_before(self.store, batch_id, self._restore, self._fresh, log)
 
     def _checkpoint(self, batch_id: int, segment: int) -> None:
+        token = uuid.uuid4().hex
         meta = {
             "batch_id": batch_id,
             "segment": segment,
+            "token": token,
             **self._manifest(),
             "counts": self.counts().to_dict(),  # what a driver sums over shards without restoring them
         }
         self._save(faults.store_for(self.store, batch_id), batch_id, meta)
-        self.last_batch, self.segment = batch_id, segment
+        self.last_batch, self.segment, self.token = batch_id, segment, token
 
     def reset(self) -> None:
         """Forget the in-memory state: the next batch reloads the newest checkpoint (after a failed batch)."""
@@ -178,9 +190,8 @@ class JoinProcessor(ABC, Generic[Got]):
             got = decode()
             faults.crash_point("after-decode", batch_id)
             t1 = time.perf_counter()
-            batch = self._join(got)
+            batch = self._written(batch_id, 0, lambda emit: self._join(got, emit))
             t2 = time.perf_counter()
-            self.sink.write(batch_id, 0, batch.out)
             self.dead_letter_sink.write(batch_id, 0, batch.dead)
             faults.crash_point("after-sink", batch_id)
             t3 = time.perf_counter()
@@ -188,7 +199,8 @@ class JoinProcessor(ABC, Generic[Got]):
             self._checkpoint(batch_id, 0)
             faults.crash_point("after-checkpoint", batch_id)
             t4 = time.perf_counter()
-            seconds = {"decode": t1 - t0, "join": t2 - t1, "write": t3 - t2, "checkpoint": t4 - t3}
+            w = self._write_seconds
+            seconds = {"decode": t1 - t0, "join": t2 - t1 - w, "write": t3 - t2 + w, "checkpoint": t4 - t3}
             return self._report("batch", batch_id, 0, batch, seconds)
 
     def drain(self, is_committed: Callable[[int], bool]) -> dict[str, Any] | None:
@@ -199,16 +211,42 @@ class JoinProcessor(ABC, Generic[Got]):
             if self.last_batch is None or self._waiting() == 0 or not is_committed(self.last_batch):
                 return None
             t0 = time.perf_counter()
-            batch = self._drain_steps()
-            t1 = time.perf_counter()
             segment = self.segment + 1
-            self.sink.write(self.last_batch, segment, batch.out)
+            batch = self._written(self.last_batch, segment, self._drain_steps)
             t2 = time.perf_counter()
+            t1 = t2 - self._write_seconds
             self._count(batch, segment)
             self._checkpoint(self.last_batch, segment)
             t3 = time.perf_counter()
             seconds = {"join": t1 - t0, "write": t2 - t1, "checkpoint": t3 - t2}
             return self._report("drain", self.last_batch, segment, batch, seconds)
+
+    def _written(self, batch_id: int, segment: int, work: Callable[[Emit], Joined]) -> Joined:
+        """Run ``work`` and write its output as (batch_id, segment).
+
+        Step by step while it runs where the sink loads parts (``sink.overlap``: one
+        transaction in a thread), else whole after it. ``_write_seconds``: the time spent
+        writing (or waiting for the writer) after ``work`` returned.
+        """
+        sink = parts_sink(self.sink) if self.emits_steps else None
+        if sink is None:
+            batch = work(None)
+            t = time.perf_counter()
+            self.sink.write(batch_id, segment, batch.out)
+            self._write_seconds = time.perf_counter() - t
+            return batch
+        writer = PartWriter(sink, batch_id, segment)
+        try:
+            batch = work(writer.put)
+            t = time.perf_counter()
+            writer.finish()
+            self._write_seconds = time.perf_counter() - t
+        except BaseException:
+            writer.abort()
+            raise
+        if writer.rows != batch.out.num_rows:  # the parts are the output, step by step
+            raise StateError(f"batch {batch_id}.{segment}: wrote {writer.rows} rows of {batch.out.num_rows}")
+        return batch
 
     # ------------------------------------------------------------------ reporting
     def _report(

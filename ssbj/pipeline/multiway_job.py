@@ -40,7 +40,7 @@ from ssbj.core.multiway import MemoryStore, MultiWayJoin, WaitingStore
 from ssbj.core.multiway.lineage import SOURCE_COLUMN
 from ssbj.errors import StateError
 from ssbj.pipeline.factory import build_sink
-from ssbj.pipeline.lifecycle import Joined, JoinProcessor
+from ssbj.pipeline.lifecycle import Emit, Joined, JoinProcessor
 from ssbj.pipeline.multiway_masters import JobQuery, MasterPlan
 from ssbj.pipeline.records import Decoded
 
@@ -225,7 +225,7 @@ class MultiWayProcessor(JoinProcessor[Decoded | dict[str, Decoded]]):
         tables = [t.cast(schema) for t in parts if t.num_rows]
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
-    def _join(self, got: Decoded | dict[str, Decoded]) -> Joined:
+    def _join(self, got: Decoded | dict[str, Decoded], emit: Emit) -> Joined:
         op = self.op
         assert op is not None  # noqa: S101
         batches = got if isinstance(got, dict) else {op.spec.stream: got}
@@ -248,7 +248,7 @@ class MultiWayProcessor(JoinProcessor[Decoded | dict[str, Decoded]]):
         assert self.op is not None  # noqa: S101
         return self.op.waiting_rows
 
-    def _drain_steps(self) -> Joined:
+    def _drain_steps(self, emit: Emit) -> Joined:
         assert self.op is not None  # noqa: S101
         # rows kept for a window join stay kept: the streams go on (next run); only the scans finish
         parts = list(self.op.drain(release_window=False))

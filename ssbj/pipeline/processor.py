@@ -19,7 +19,7 @@ from ssbj.contracts import DEAD_LETTER_SCHEMA, CheckpointedMasterScan, RunCounts
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.operator import SemiStreamJoin, StepResult
-from ssbj.pipeline.lifecycle import Joined, JoinProcessor
+from ssbj.pipeline.lifecycle import Emit, Joined, JoinProcessor
 from ssbj.pipeline.observe import ObservedScan, StepObserver
 from ssbj.pipeline.records import Decoded
 from ssbj.planning import JoinSettings, estimate_row_bytes, join_spec, plan_join
@@ -46,6 +46,8 @@ class Totals:
 
 class EnrichmentProcessor(JoinProcessor[Decoded]):
     """Drives the SSBJ operator one micro-batch at a time, with idempotent sinks."""
+
+    emits_steps = True
 
     def __init__(
         self,
@@ -95,6 +97,7 @@ class EnrichmentProcessor(JoinProcessor[Decoded]):
         self.op = SemiStreamJoin(plan.spec, master, self.stream_schema, master.schema, self.cost_model)
         self.last_batch = None
         self.segment = 0
+        self.token = None
         self.totals = Totals()
         self._completed = 0
 
@@ -127,6 +130,7 @@ class EnrichmentProcessor(JoinProcessor[Decoded]):
         self._completed = t0.matched_source_rows + t0.unmatched_source_rows
         self.last_batch = int(meta["batch_id"])
         self.segment = int(meta["segment"])
+        self.token = meta.get("token")
         t = dict(meta["totals"])
         self.totals = Totals(**t)
 
@@ -144,24 +148,30 @@ class EnrichmentProcessor(JoinProcessor[Decoded]):
         self.op.checkpoint(store, batch_id, meta)
 
     # ------------------------------------------------------------------ batches
-    def _join(self, got: Decoded) -> Joined:
+    def _join(self, got: Decoded, emit: Emit) -> Joined:
         op = self.op
         assert op is not None  # noqa: S101
         op.push(got.rows)
         results = []
         while op.buffered_tuples:
-            results.append(self._observed(op.step()))
+            results.append(self._step(op.step(), emit))
         if not results and op.waiting_tuples:
-            results.append(self._observed(op.step()))  # keep the R-cycle moving for tuples already waiting
+            results.append(self._step(op.step(), emit))  # keep the R-cycle moving for tuples already waiting
         return Joined(got.rows.num_rows + got.dead.num_rows, got, self._output(results), results)
+
+    def _step(self, result: StepResult, emit: Emit) -> StepResult:
+        result = self._observed(result)
+        if emit is not None:
+            emit(self._output([result]))
+        return result
 
     def _waiting(self) -> int:
         assert self.op is not None  # noqa: S101
         return self.op.waiting_tuples
 
-    def _drain_steps(self) -> Joined:
+    def _drain_steps(self, emit: Emit) -> Joined:
         assert self.op is not None  # noqa: S101
-        results = [self._observed(r) for r in self.op.drain()]
+        results = [self._step(r, emit) for r in self.op.drain()]
         empty = Decoded(self.stream_schema.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
         return Joined(0, empty, self._output(results), results)
 

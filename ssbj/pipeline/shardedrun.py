@@ -12,10 +12,12 @@ stage-2 job fed only with heartbeats, run once Spark has committed the last batc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -42,6 +44,8 @@ from ssbj.planning import join_spec
 
 log = logging.getLogger("ssbj.progress")
 
+POOL_ENV = "SSBJ_PYTHON_POOL"  # marks stage 2's Python functions: their workers form a pool of their own
+
 # Spark's messages when a lost executor takes shuffle output with it: a job whose shuffle map
 # stage is "indeterminate" (Python UDF output) cannot be retried inside the query, but a
 # restarted query replays the batch, and every shard replays it from its own checkpoint
@@ -59,6 +63,27 @@ def partition_labels(spark: Any, shards: int) -> tuple[int, ...]:
     for r in rows:
         first.setdefault(int(r["p"]), int(r["l"]))
     return tuple(first[s] for s in range(shards))
+
+
+@contextlib.contextmanager
+def shard_worker_pool(spark: Any) -> Iterator[None]:
+    """Give the Python functions made inside a Python worker pool of their own (per executor).
+
+    Spark keys its pools of reused Python workers by the function's environment variables
+    (``SparkEnv.createPythonWorker``), so a marker variable in the context's environment while
+    stage 2's function is made keeps stage 1 (and the source reader) off the shards' workers:
+    with one shard per executor the shard's task finds the worker that holds its operator.
+    """
+    env = spark.sparkContext.environment
+    before = env.get(POOL_ENV)
+    env[POOL_ENV] = "shards"
+    try:
+        yield
+    finally:
+        if before is None:
+            env.pop(POOL_ENV, None)
+        else:
+            env[POOL_ENV] = before
 
 
 class ShardedRun:
@@ -156,7 +181,10 @@ class ShardedRun:
 
         job = self._job()
         shuffled = routed.repartition(job.shards, F.col(LABEL))
-        out = shuffled.mapInArrow(partial(run_shards, job, batch_id, drain_after), from_arrow_schema(SUMMARY_SCHEMA))
+        with shard_worker_pool(self.spark):
+            out = shuffled.mapInArrow(
+                partial(run_shards, job, batch_id, drain_after), from_arrow_schema(SUMMARY_SCHEMA)
+            )
         try:
             rows = [r.asDict() for r in out.collect()]
         except Exception as exc:

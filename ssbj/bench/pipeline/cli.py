@@ -70,6 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="run every method this many times (interleaved); report the fastest run, list all",
     )
+    p.add_argument(
+        "--spark-master",
+        default="local[2]",
+        help="Spark master of every method, e.g. local-cluster[2,1,1024] (two executor JVMs of one core)",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
         "--report-only",
@@ -106,6 +111,8 @@ def command(args: argparse.Namespace) -> str:
         parts += ["--method-timeout", str(args.method_timeout)]
     if args.repeats != 1:
         parts += ["--repeats", str(args.repeats)]
+    if args.spark_master != "local[2]":
+        parts += ["--spark-master", args.spark_master]
     if args.seed != 7:
         parts += ["--seed", str(args.seed)]
     parts += ["--out", str(args.out)]
@@ -181,6 +188,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, Json]]:
     t_all = time.perf_counter()
     h = Harness(scale, args.scale, case, workdir, args.seed)
     h.method_timeout = args.method_timeout
+    h.spark_master = args.spark_master
     docs: list[tuple[str, Json]] = []
     cmd = command(args)
     try:
@@ -199,6 +207,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, Json]]:
                     "shards": shards,
                     "repeats": args.repeats,
                     "loadavg_at_start": load_start,
+                    "spark_master": args.spark_master,
                     "scale": {**asdict(scale), "memory": budget, "memory_bytes": h.memory_bytes()},
                     "topic": {"name": h.topic, "partitions": TOPIC_PARTITIONS},
                     "master_row_bytes": h.data.master_row_bytes,

@@ -96,6 +96,7 @@ class Harness:
         self.memory: str = scale.budgets()[0]  # the budget of the methods run next
         self.shards = 1  # P of the methods run next
         self.method_timeout: float | None = None  # seconds a foreachBatch method may run before it is stopped
+        self.spark_master = "local[2]"
         self._db: Database | None = None
         self._broker: DirectTansu | None = None
         self.spark: Any = None
@@ -151,7 +152,7 @@ class Harness:
         self.setup["produce_seconds"] = produce_orders(self.broker.bootstrap, self.topic, self.data, self.case)
         log.info("produced %d orders in %.1f s", self.scale.tuples, self.setup["produce_seconds"])
         t0 = time.perf_counter()
-        self.spark = make_spark()
+        self.spark = make_spark(self.spark_master)
         self.setup["spark_start_seconds"] = time.perf_counter() - t0
         try:
             self.jvm_pid = int(self.spark.sparkContext._gateway.proc.pid)
@@ -164,7 +165,10 @@ class Harness:
             self.setup["warm_up_seconds"] = time.perf_counter() - t0
 
     def warm_up(self) -> None:
-        """Run a small ssbj job once, unmeasured: Spark's Python workers, the Kafka source, numba kernels, sinks."""
+        """Run a small ssbj job once on the driver and once in the executors, unmeasured.
+
+        Warms Spark's Python workers (the shards' pool included), the Kafka source, numba kernels, sinks.
+        """
         n_cust, n_orders = 2_000, 4_000
         rng = np.random.default_rng(0)
         case = CASES["a"]
@@ -182,6 +186,11 @@ class Harness:
         cfg = self.job_config("ssbj", "wh_warmup", topic="warmup", master="customer_warm", batch=1_000, case=case)
         cfg["checkpoint"] = str(self.workdir / "ck-warmup")
         EnrichmentJob(parse_config(cfg, "warm-up"), spark=self.spark).run()
+        # and the executors' pools of shard workers (ssbj_exec), one shard per core
+        self.drop("wh_warmup", "wh_warmup_dead")
+        cfg["join"].update({"placement": "executors", "shards": int(self.spark.sparkContext.defaultParallelism)})
+        cfg["checkpoint"] = str(self.workdir / "ck-warmup-exec")
+        EnrichmentJob(parse_config(cfg, "warm-up executors"), spark=self.spark).run()
         self.drop("wh_warmup", "wh_warmup_dead", "customer_warm")
 
     def stop(self) -> None:
@@ -237,7 +246,7 @@ class Harness:
             "dead_letter": {"kind": "database", "url": url, "password_env": PASSWORD_ENV, "table": f"{table}_dead"},
             "trigger": {"mode": "available-now"},
             "checkpoint": str(self.workdir / f"ck-{table}"),
-            "spark": {"master": "local[2]"},
+            "spark": {"master": self.spark_master},
         }
 
     def fresh(self, table: str, *extra: str) -> Path:

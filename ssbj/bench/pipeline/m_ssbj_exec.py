@@ -19,7 +19,7 @@ from ssbj.config import parse_config
 from ssbj.contracts import shard_segment
 from ssbj.pipeline.job import EnrichmentJob
 
-PHASES = ("decode", "join", "write", "checkpoint")
+PHASES = ("input", "restore", "decode", "join", "write", "checkpoint")
 
 
 class ExecutorMethod:

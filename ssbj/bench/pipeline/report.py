@@ -436,7 +436,8 @@ def write_readme(doc: Json, path: Path) -> None:
         f"- load average (1, 5, 15 min) at the start: {', '.join(f'{x:.2f}' for x in doc['loadavg_at_start'])}, "
         f"at the end: {', '.join(f'{x:.2f}' for x in mi['loadavg_at_end'])}; the machine is shared with other "
         "work and noisy: compare the walls of the repeats, and treat differences under ~20% as noise.",
-        "- MariaDB, Tansu, Spark (local[2]) and the driver share the two cores.",
+        f"- MariaDB, Tansu, Spark ({doc.get('spark_master', 'local[2]')}) and the driver share the "
+        f"{mi['nproc']} cores.",
         "",
     ]
     path.write_text("\n".join(L))

@@ -144,8 +144,12 @@ class DirectTansu(TansuBroker):
         return self._proc.pid if self._proc is not None else None
 
 
-def make_spark() -> Any:
-    """One local[2] session for every method, with the MariaDB JDBC driver on the class path."""
+def make_spark(master: str = "local[2]") -> Any:
+    """One session for every method (``local[2]`` by default), with the MariaDB JDBC driver on the class path.
+
+    On ``local-cluster[N,C,M]`` the executors are separate JVMs with their own Python workers
+    (the environment, PYTHONPATH included, is inherited from the driver).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -155,7 +159,8 @@ def make_spark() -> Any:
     if not Path(JDBC_JAR).exists():
         raise FileNotFoundError(f"{JDBC_JAR} not found (Debian: apt-get install libmariadb-java)")
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
+        .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
         .appName("ssbj-pipeline-bench")
         .config("spark.jars", JDBC_JAR)
         .config("spark.driver.memory", "4g")
