@@ -27,7 +27,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -64,8 +64,19 @@ class Joined:
         return self.decoded.dead
 
 
+class BatchTotals(Protocol):
+    """The counters every job kind keeps over its life (restored from the checkpoint)."""
+
+    records_in: int
+    decoded_rows: int
+    dead_letters: int
+    batches: int
+
+
 class JoinProcessor(ABC, Generic[Got]):
     """Drives one job's operator one micro-batch at a time, with idempotent sinks."""
+
+    totals: BatchTotals
 
     emits_steps = False  # _join and _drain_steps hand each step's output to emit (a sink may load it meanwhile)
 
@@ -124,8 +135,8 @@ class JoinProcessor(ABC, Generic[Got]):
         """Finish the waiting tuples' R-cycles."""
 
     @abstractmethod
-    def _count(self, batch: Joined, segment: int) -> None:
-        """Add a written batch (segment 0) or drain (segment > 0) to the totals."""
+    def _add_output(self, rows: int) -> None:
+        """Add ``rows`` output rows written to the job kind's totals."""
 
     @abstractmethod
     def _progress(self, progress: dict[str, Any], batch: Joined) -> str:
@@ -152,6 +163,16 @@ class JoinProcessor(ABC, Generic[Got]):
         self.sink.prepare(self._output_schema())
         self.dead_letter_sink.prepare(DEAD_LETTER_SCHEMA)
         self._prepared = True
+
+    def _count(self, batch: Joined, segment: int) -> None:
+        """Add a written batch (segment 0) or drain (segment > 0) to the totals."""
+        if segment == 0:
+            t = self.totals
+            t.records_in += batch.records
+            t.decoded_rows += batch.decoded.rows.num_rows
+            t.dead_letters += batch.dead.num_rows
+            t.batches += 1
+        self._add_output(batch.out.num_rows)
 
     def _rollback_before(self, batch_id: int) -> None:
         rollback_before(self.store, batch_id, self._restore, self._fresh, log)

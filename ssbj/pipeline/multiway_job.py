@@ -69,6 +69,8 @@ class MultiWayTotals:
 class MultiWayProcessor(JoinProcessor[Decoded | dict[str, Decoded]]):
     """Drives :class:`MultiWayJoin` one micro-batch at a time, with idempotent sinks."""
 
+    totals: MultiWayTotals
+
     def __init__(
         self,
         query: JobQuery,
@@ -255,14 +257,8 @@ class MultiWayProcessor(JoinProcessor[Decoded | dict[str, Decoded]]):
         empty = Decoded(self.cfg.stream_schema.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
         return Joined(0, empty, self._output(parts), parts)
 
-    def _count(self, batch: Joined, segment: int) -> None:
-        t = self.totals
-        if segment == 0:
-            t.records_in += batch.records
-            t.decoded_rows += batch.decoded.rows.num_rows
-            t.dead_letters += batch.dead.num_rows
-            t.batches += 1
-        t.output_rows += batch.out.num_rows
+    def _add_output(self, rows: int) -> None:
+        self.totals.output_rows += rows
 
     # ------------------------------------------------------------------ reporting
     def _progress(self, progress: dict[str, Any], batch: Joined) -> str:

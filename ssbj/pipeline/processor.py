@@ -48,6 +48,7 @@ class EnrichmentProcessor(JoinProcessor[Decoded]):
     """Drives the SSBJ operator one micro-batch at a time, with idempotent sinks."""
 
     emits_steps = True
+    totals: Totals
 
     def __init__(
         self,
@@ -175,14 +176,8 @@ class EnrichmentProcessor(JoinProcessor[Decoded]):
         empty = Decoded(self.stream_schema.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
         return Joined(0, empty, self._output(results), results)
 
-    def _count(self, batch: Joined, segment: int) -> None:
-        t = self.totals
-        if segment == 0:
-            t.records_in += batch.records
-            t.decoded_rows += batch.decoded.rows.num_rows
-            t.dead_letters += batch.dead.num_rows
-            t.batches += 1
-        t.enriched_rows += batch.out.num_rows
+    def _add_output(self, rows: int) -> None:
+        self.totals.enriched_rows += rows
 
     def _output(self, results: list[StepResult]) -> pa.Table:
         assert self.op is not None  # noqa: S101
