@@ -259,14 +259,14 @@ class JoinProcessor(ABC, Generic[Got]):
         writer = PartWriter(sink, batch_id, segment)
         try:
             batch = work(writer.put)
+            if writer.rows != batch.out.num_rows:  # the parts are the output, step by step: else roll back
+                raise StateError(f"batch {batch_id}.{segment}: parts of {writer.rows} rows for {batch.out.num_rows}")
             t = time.perf_counter()
             writer.finish()
             self._write_seconds = time.perf_counter() - t
         except BaseException:
             writer.abort()
             raise
-        if writer.rows != batch.out.num_rows:  # the parts are the output, step by step
-            raise StateError(f"batch {batch_id}.{segment}: wrote {writer.rows} rows of {batch.out.num_rows}")
         return batch
 
     # ------------------------------------------------------------------ reporting
