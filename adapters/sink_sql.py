@@ -127,12 +127,7 @@ class SqlTableSink:
                 f"rows for sink table {self._table_name!r} have columns {table.schema.names}, "
                 f"prepared for {self._arrow_schema.names}"
             )
-        t = self._sa_table
-        delete = sa.delete(t).where(
-            t.c[BATCH_ID_COLUMN] == sa.bindparam("b_id", type_=sa.BigInteger()),
-            t.c[SEGMENT_COLUMN] == sa.bindparam("b_seg", type_=sa.Integer()),
-        )
-        insert = sa.insert(t)
+        delete, insert = self._replace_statements()
 
         data = self._load_data_text(batch_id, segment, table) if self._bulk_usable() and table.num_rows else None
 
@@ -165,6 +160,16 @@ class SqlTableSink:
                 "sink %s: batch %d segment %d replaced %d earlier rows", self._table_name, batch_id, segment, deleted
             )
 
+    def _replace_statements(self) -> tuple[sa.Delete, sa.Insert]:
+        """Return the DELETE of one (batch, segment) (bound ``b_id``, ``b_seg``) and the INSERT replacing it."""
+        t = self._sa_table
+        assert t is not None  # noqa: S101  (prepared)
+        delete = sa.delete(t).where(
+            t.c[BATCH_ID_COLUMN] == sa.bindparam("b_id", type_=sa.BigInteger()),
+            t.c[SEGMENT_COLUMN] == sa.bindparam("b_seg", type_=sa.Integer()),
+        )
+        return delete, sa.insert(t)
+
     def write_parts(self, batch_id: int, segment: int, parts: Iterable[pa.Table], min_rows: int = 20_000) -> None:
         """Replace the rows of (``batch_id``, ``segment``) by the concatenation of ``parts``, in one transaction.
 
@@ -191,12 +196,7 @@ class SqlTableSink:
                 seen.append(t)
                 yield t
 
-        t = self._sa_table
-        delete = sa.delete(t).where(
-            t.c[BATCH_ID_COLUMN] == sa.bindparam("b_id", type_=sa.BigInteger()),
-            t.c[SEGMENT_COLUMN] == sa.bindparam("b_seg", type_=sa.Integer()),
-        )
-        insert = sa.insert(t)
+        delete, insert = self._replace_statements()
 
         def work(conn: Connection) -> int:
             deleted = conn.execute(delete, {"b_id": batch_id, "b_seg": segment}).rowcount
