@@ -41,28 +41,29 @@ high watermark, which finds the true end whether the broker reports it correctly
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
-from ssbj.errors import ConfigError, DependencyError, TransientError
-from ssbj.retry import RetryPolicy, with_retries
+from ssbj.adapters.kafka_options import (
+    ARROW_SCHEMA,
+    BATCH_ROWS,
+    KAFKA_SCHEMA,
+    POLL_SLICE_S,
+    BrokerTrouble,
+    KafkaSourceError,
+    KafkaSourceOptions,
+    kafka_module,
+    parse_starting_json,
+    with_broker_retries,
+)
+from ssbj.adapters.kafka_read import KafkaRange, read_range
+from ssbj.errors import ConfigError
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -72,215 +73,13 @@ __all__ = [
     "KafkaSourceError",
     "KafkaSourceOptions",
     "KafkaStreamReader",
+    "read_range",
 ]
 
 log = logging.getLogger(__name__)
-_RDKAFKA_LOG = logging.getLogger(__name__ + ".librdkafka")
-
-KAFKA_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-    ]
-)
-ARROW_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-    ]
-)
 
 Offsets = dict[str, int]
 T = TypeVar("T")
-
-_SENSITIVE = ("password", "secret", "sasl", "token", "key")
-_BATCH_ROWS = 10_000
-_POLL_SLICE_S = 0.005
-
-
-def _kafka() -> Any:
-    """Import confluent_kafka (the only place this module does)."""
-    try:
-        import confluent_kafka
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise DependencyError("the ssbj_kafka source needs confluent-kafka: install ssbj[kafka]") from exc
-    return confluent_kafka
-
-
-class KafkaSourceError(TransientError):
-    """The broker stayed unreachable, or a planned offset range could not be read."""
-
-
-class _Transient(Exception):
-    """A broker problem worth retrying."""
-
-
-def _is_sensitive(name: str) -> bool:
-    return any(marker in name.lower() for marker in _SENSITIVE)
-
-
-def _int_option(options: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None or str(raw).strip() == "":
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"option {name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"option {name} must be >= {minimum}, got {value}")
-    return value
-
-
-@dataclass(frozen=True)
-class KafkaSourceOptions:
-    """Parsed options of the ``ssbj_kafka`` source (see :meth:`from_options` for the names)."""
-
-    bootstrap_servers: str
-    topic: str
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = None
-    end_offsets: str = "consume"
-    poll_timeout_ms: int = 1000
-    request_timeout_ms: int = 10_000
-    retries: int = 5
-    retry_backoff_ms: int = 200
-    retry_backoff_max_ms: int = 10_000
-    client_settings: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
-        """Parse Spark reader options (keys are case-insensitive).
-
-        ``kafka.bootstrap.servers`` and ``subscribe`` (one topic) are required. Optional:
-
-        - ``startingOffsets``: ``earliest`` (default) | ``latest`` | ``{"topic": {"0": 5, "1": -2}}``
-          with -2 earliest and -1 latest; unlisted partitions start at earliest.
-        - ``maxOffsetsPerTrigger``: offsets per micro-batch, all partitions together, split evenly
-          (a partition with less data leaves its share to the others).
-        - ``endOffsets``: ``consume`` (default) | ``watermark``, see the module docstring.
-        - ``pollTimeoutMs`` (1000): silence after which the driver's scan takes a partition as
-          ended, and after which an executor read counts as a failed attempt.
-        - ``requestTimeoutMs`` (10000): metadata and watermark requests.
-        - ``retries`` (5), ``retryBackoffMs`` (200), ``retryBackoffMaxMs`` (10000): a failed
-          broker call is retried up to ``retries`` times, waiting ``retryBackoffMs`` doubled each
-          time up to ``retryBackoffMaxMs``, then :class:`KafkaSourceError` is raised.
-        - ``kafka.<name>``: passed to the confluent-kafka client as ``<name>`` (security
-          settings, ``client.id``, fetch sizes...). Values of names containing password,
-          secret, sasl, token or key are never logged.
-        """
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
-        bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
-        if not bootstrap:
-            raise ConfigError("option kafka.bootstrap.servers is required")
-        topic = opts.get("subscribe", "").strip()
-        if not topic or "," in topic:
-            raise ConfigError("option subscribe must name exactly one topic")
-        if "assign" in opts or "subscribepattern" in opts:
-            raise ConfigError("only the subscribe option is supported (one topic)")
-        starting = opts.get("startingoffsets", "earliest").strip()
-        if starting not in ("earliest", "latest"):
-            _parse_starting_json(starting, topic)  # validate early
-        end_offsets = opts.get("endoffsets", "consume").strip().lower()
-        if end_offsets not in ("consume", "watermark"):
-            raise ConfigError(f"option endOffsets must be consume or watermark, got {end_offsets!r}")
-        settings = tuple(
-            sorted(
-                (k[len("kafka.") :], v)
-                for k, v in opts.items()
-                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
-            )
-        )
-        return cls(
-            bootstrap_servers=bootstrap,
-            topic=topic,
-            starting_offsets=starting,
-            max_offsets_per_trigger=_int_option(opts, "maxOffsetsPerTrigger", None, 1),
-            end_offsets=end_offsets,
-            poll_timeout_ms=cast(int, _int_option(opts, "pollTimeoutMs", 1000, 1)),
-            request_timeout_ms=cast(int, _int_option(opts, "requestTimeoutMs", 10_000, 1)),
-            retries=cast(int, _int_option(opts, "retries", 5, 0)),
-            retry_backoff_ms=cast(int, _int_option(opts, "retryBackoffMs", 200, 0)),
-            retry_backoff_max_ms=cast(int, _int_option(opts, "retryBackoffMaxMs", 10_000, 0)),
-            client_settings=settings,
-        )
-
-    def describe(self) -> str:
-        """One line for logs, with the values of secret-looking client settings redacted."""
-        settings = {k: ("***" if _is_sensitive(k) else v) for k, v in self.client_settings}
-        return (
-            f"topic={self.topic!r} bootstrap={self.bootstrap_servers} endOffsets={self.end_offsets} "
-            f"maxOffsetsPerTrigger={self.max_offsets_per_trigger} client={settings}"
-        )
-
-    def client_config(self, errors: list[Any]) -> dict[str, Any]:
-        """Config for an assign-only consumer; client errors are appended to ``errors``."""
-        conf: dict[str, Any] = {
-            "group.id": "ssbj-kafka-source",  # required by the client; never joined or committed
-            "reconnect.backoff.max.ms": max(self.retry_backoff_max_ms, 10),
-            "fetch.wait.max.ms": 10,  # consumers are only assigned while reading, so no idle polling
-            # librdkafka pauses fetching for this long once its prefetch queue is full (default 1 s),
-            # which stalls a reader that drains the queue quickly
-            "fetch.queue.backoff.ms": 10,
-            "log.connection.close": False,  # brokers close idle connections; not worth a log line
-            "socket.timeout.ms": max(self.request_timeout_ms, 10),
-        }
-        conf.update(dict(self.client_settings))
-        conf.update(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "error_cb": errors.append,
-                "logger": _RDKAFKA_LOG,
-            }
-        )
-        return conf
-
-    def retry_policy(self) -> RetryPolicy:
-        """Return the backoff of broker calls: ``retries`` retries, ``retryBackoffMs`` doubling up to its max."""
-        initial = min(self.retry_backoff_ms, self.retry_backoff_max_ms) / 1000
-        return RetryPolicy(self.retries + 1, initial, self.retry_backoff_max_ms / 1000)
-
-    def give_up(self, what: str, attempts: int, last: object) -> KafkaSourceError:
-        """Build the error raised once retries are exhausted."""
-        return KafkaSourceError(
-            f"ssbj_kafka: {what} failed for topic {self.topic!r} on broker {self.bootstrap_servers} "
-            f"after {attempts} attempts: {last}"
-        )
-
-
-def _parse_starting_json(text: str, topic: str) -> dict[int, int]:
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError:
-        raise ConfigError("option startingOffsets must be earliest, latest or a JSON object") from None
-    if not isinstance(spec, dict) or set(spec) != {topic} or not isinstance(spec[topic], dict):
-        raise ConfigError(f'option startingOffsets JSON must look like {{"{topic}": {{"0": 5, "1": -2}}}}')
-    try:
-        out = {int(p): int(o) for p, o in spec[topic].items()}
-    except (TypeError, ValueError):
-        raise ConfigError("option startingOffsets: partitions and offsets must be integers") from None
-    if any(o < -2 for o in out.values()):
-        raise ConfigError("option startingOffsets: offsets must be >= 0, or -2 (earliest) / -1 (latest)")
-    return out
-
-
-def _is_config_error(exc: BaseException) -> bool:
-    """Whether a client exception is a bad setting (retrying cannot help)."""
-    ck = _kafka()
-    err = exc.args[0] if exc.args else None
-    return isinstance(err, ck.KafkaError) and err.code() == ck.KafkaError._INVALID_ARG
 
 
 def _fair_shares(total: int, parts: list[int], rotate: int) -> dict[int, int]:
@@ -288,184 +87,6 @@ def _fair_shares(total: int, parts: list[int], rotate: int) -> dict[int, int]:
     n = len(parts)
     base, extra = divmod(total, n)
     return {p: base + (1 if (i - rotate) % n < extra else 0) for i, p in enumerate(parts)}
-
-
-class KafkaRange(InputPartition):
-    """Offsets ``[start, end)`` of one topic partition: one Spark task."""
-
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
-
-    def __repr__(self) -> str:
-        return f"KafkaRange({self.topic}[{self.partition}] {self.start}..{self.end})"
-
-
-def _with_retries(opts: KafkaSourceOptions, what: str, fn: Callable[[], T], on_failure: Callable[[], None]) -> T:
-    """Run ``fn``; on broker trouble call ``on_failure``, back off exponentially and retry.
-
-    After ``retries`` retries, raise :class:`KafkaSourceError` naming the broker and topic.
-    """
-
-    def transient(exc: Exception) -> bool:
-        return isinstance(exc, _Transient | _kafka().KafkaException) and not _is_config_error(exc)
-
-    return with_retries(
-        fn,
-        opts.retry_policy(),
-        transient,
-        f"ssbj_kafka: {what} for topic {opts.topic!r} on broker {opts.bootstrap_servers}",
-        log,
-        on_failure=on_failure,
-        give_up=lambda attempts, exc: opts.give_up(what, attempts, exc),
-    )
-
-
-# --- executor side ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Client:
-    consumer: Any
-    errors: list[Any]
-    topics: set[str]
-
-
-_CONSUMERS: dict[tuple[tuple[str, str], ...], _Client] = {}
-
-
-def _cached_consumer(opts: KafkaSourceOptions, topic: str) -> _Client:
-    """One consumer per client config per Python worker (workers are reused between tasks)."""
-    key = (("bootstrap", opts.bootstrap_servers), *opts.client_settings)
-    client = _CONSUMERS.get(key)
-    if client is None:
-        errors: list[Any] = []
-        client = _CONSUMERS[key] = _Client(_kafka().Consumer(opts.client_config(errors)), errors, set())
-    if topic not in client.topics:
-        # Without an explicit metadata request librdkafka learns the leader of a newly assigned
-        # topic only on its 1 s refresh timer.
-        client.consumer.list_topics(topic, timeout=opts.request_timeout_ms / 1000)
-        client.topics.add(topic)
-    return client
-
-
-def _drop_consumer(opts: KafkaSourceOptions) -> None:
-    key = (("bootstrap", opts.bootstrap_servers), *opts.client_settings)
-    entry = _CONSUMERS.pop(key, None)
-    if entry is not None:
-        try:
-            entry.consumer.close()
-        except Exception:  # a broken consumer may refuse to close cleanly
-            log.debug("closing consumer failed", exc_info=True)
-
-
-def _to_batch(topic: str, partition: int, keys: list[Any], values: list[Any], offsets: list[int], ts: list[Any]) -> Any:
-    n = len(offsets)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array(offsets, pa.int64()),
-            pa.array(ts, pa.timestamp("us", tz="UTC")),
-        ],
-        schema=ARROW_SCHEMA,
-    )
-
-
-def read_range(opts: KafkaSourceOptions, rng: KafkaRange) -> Iterator[Any]:
-    """Yield the records of ``rng`` as Arrow record batches in offset order.
-
-    Offsets may skip (compaction, transaction markers): the range is done at the first message
-    with offset >= end - 1, or when the broker reports end of partition at an offset >= end.
-    If nothing arrives for ``pollTimeoutMs`` before that, the broker counts as unreachable:
-    retried with backoff, then :class:`KafkaSourceError`.
-    """
-    if rng.end <= rng.start:
-        return
-    ck = _kafka()
-    eof_code = ck.KafkaError._PARTITION_EOF
-    no_ts = ck.TIMESTAMP_NOT_AVAILABLE
-    client = _with_retries(
-        opts, f"connecting to read {rng}", lambda: _cached_consumer(opts, rng.topic), lambda: _drop_consumer(opts)
-    )
-    consumer, errors = client.consumer, client.errors
-    errors.clear()
-    consumer.assign([ck.TopicPartition(rng.topic, rng.partition, rng.start)])
-    keys: list[Any] = []
-    values: list[Any] = []
-    offsets: list[int] = []
-    stamps: list[Any] = []
-    pos, end = rng.start, rng.end
-    attempt, idle_since = 0, time.monotonic()
-    poll_timeout = opts.poll_timeout_ms / 1000.0
-    done = False
-    try:
-        while not done:
-            msgs = consumer.consume(num_messages=min(_BATCH_ROWS, end - pos), timeout=_POLL_SLICE_S)
-            progressed = False
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == eof_code and m.offset() >= end:
-                        done = True  # nothing at or after end: the tail of the range was a gap
-                        break
-                    if err.code() != eof_code:
-                        errors.append(err)
-                    continue
-                off = m.offset()
-                if off < pos:
-                    continue
-                if off >= end:
-                    done = True
-                    break
-                kind, ms = m.timestamp()
-                keys.append(m.key())
-                values.append(m.value())
-                offsets.append(off)
-                stamps.append(None if kind == no_ts else ms * 1000)
-                pos = off + 1
-                progressed = True
-                if pos >= end:
-                    done = True
-                    break
-            if len(offsets) >= _BATCH_ROWS:
-                yield _to_batch(rng.topic, rng.partition, keys, values, offsets, stamps)
-                keys, values, offsets, stamps = [], [], [], []
-            if progressed:
-                attempt, idle_since = 0, time.monotonic()
-            elif not done and time.monotonic() - idle_since >= poll_timeout:
-                attempt += 1
-                last = errors[-1] if errors else f"no records for {opts.poll_timeout_ms} ms"
-                if attempt > opts.retries:
-                    raise opts.give_up(f"reading {rng}", attempt, last)
-                delay = opts.retry_policy().delay(attempt)
-                log.warning(
-                    "ssbj_kafka: reading %s from %s stalled at offset %d (attempt %d of %d): %s; retrying in %.2fs",
-                    rng,
-                    opts.bootstrap_servers,
-                    pos,
-                    attempt,
-                    opts.retries + 1,
-                    last,
-                    delay,
-                )
-                time.sleep(delay)
-                idle_since = time.monotonic()
-        if offsets:
-            yield _to_batch(rng.topic, rng.partition, keys, values, offsets, stamps)
-    except BaseException:
-        _drop_consumer(opts)
-        raise
-    else:
-        consumer.unassign()
-
-
-# --- driver side --------------------------------------------------------------------------------
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -495,7 +116,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif spec == "latest":
                 wanted = dict.fromkeys(parts, -1)
             else:
-                given = _parse_starting_json(spec, self.options.topic)
+                given = parse_starting_json(spec, self.options.topic)
                 wanted = {p: given.get(p, -2) for p in parts}
             latest_parts = [p for p, o in wanted.items() if o == -1]
             latest = self._latest(latest_parts) if latest_parts else {}
@@ -562,7 +183,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _driver_consumer(self) -> Any:
         if self._consumer is None:
             self._errors = []
-            self._consumer = _kafka().Consumer(self.options.client_config(self._errors))
+            self._consumer = kafka_module().Consumer(self.options.client_config(self._errors))
         return self._consumer
 
     def _close(self) -> None:
@@ -575,18 +196,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _retrying(self, what: str, fn: Callable[[], T]) -> T:
         # a fresh client after a failure reconnects at once instead of after librdkafka's backoff
-        return _with_retries(self.options, what, fn, self._close)
+        return with_broker_retries(self.options, what, fn, self._close)
 
     def _partitions(self) -> list[int]:
         topic = self.options.topic
         md = self._driver_consumer().list_topics(topic, timeout=self.options.request_timeout_ms / 1000.0)
         meta = md.topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
-            raise _Transient(f"topic {topic!r} not available: {meta.error if meta is not None else 'missing'}")
+            raise BrokerTrouble(f"topic {topic!r} not available: {meta.error if meta is not None else 'missing'}")
         return sorted(meta.partitions)
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
-        tp = _kafka().TopicPartition(self.options.topic, partition)
+        tp = kafka_module().TopicPartition(self.options.topic, partition)
         low, high = self._driver_consumer().get_watermark_offsets(
             tp, timeout=self.options.request_timeout_ms / 1000.0, cached=False
         )
@@ -644,7 +265,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         arrived for ``pollTimeoutMs``. Gaps are fine: a message at offset >= begin + cap - 1 proves
         the range up to begin + cap is complete.
         """
-        ck = _kafka()
+        ck = kafka_module()
         eof_code = ck.KafkaError._PARTITION_EOF
         ends = dict(begin)
         limits = {p: (None if caps[p] is None else begin[p] + cast(int, caps[p])) for p in begin}
@@ -666,7 +287,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 # ask for no more than can still arrive, or consume() waits out its timeout
                 msgs = consumer.consume(
-                    num_messages=min(_BATCH_ROWS, want + len(open_)) if want else _BATCH_ROWS, timeout=_POLL_SLICE_S
+                    num_messages=min(BATCH_ROWS, want + len(open_)) if want else BATCH_ROWS, timeout=POLL_SLICE_S
                 )
                 if not msgs:
                     if time.monotonic() - idle_since >= poll_timeout:
@@ -680,7 +301,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     err = m.error()
                     if err is not None:
                         if err.code() != eof_code:
-                            raise _Transient(f"partition {p}: {err}")
+                            raise BrokerTrouble(f"partition {p}: {err}")
                         open_.discard(p)
                         continue
                     off, lim = m.offset(), limits[p]
@@ -700,7 +321,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             consumer.unassign()
         down = [e for e in self._errors if e.code() == ck.KafkaError._ALL_BROKERS_DOWN]
         if open_ and down:
-            raise _Transient(str(down[-1]))
+            raise BrokerTrouble(str(down[-1]))
         return ends
 
 
