@@ -20,13 +20,10 @@ the two break even only near b = 100 (see docs/measurements-master-read.md).
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import decimal
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -37,6 +34,15 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
+from ssbj.adapters.master_arrow import ArrowReader
+from ssbj.adapters.master_layout import (
+    LAYOUT_VERSION,
+    Layout,
+    decode_value,
+    encode_value,
+    partition_expr,
+    python_type,
+)
 from ssbj.adapters.shard_sql import shard_predicate
 from ssbj.adapters.sql_common import (
     SqlRunner,
@@ -48,65 +54,14 @@ from ssbj.adapters.sql_common import (
 from ssbj.contracts import PARTITION_COLUMN, TableName
 from ssbj.core.keys import key_family
 from ssbj.core.shards import ModRouter, RangeRouter, Router, route_column
-from ssbj.errors import CheckpointError, ConfigError, InputError, StateError, TransientError
-from ssbj.retry import RetryPolicy, with_retries
+from ssbj.errors import CheckpointError, ConfigError, InputError, StateError
+from ssbj.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = 1
 LOOKUP_BATCH = 500  # keys per IN list of a lookup
 MAX_LOOKUP_PARAMS = 30_000  # bound parameters per statement (SQLite allows 32,766, MariaDB 65,535)
 GROWTH_WARNING_FACTOR = 4  # warn when a partition holds more than this many times b rows
-
-
-# ---------------------------------------------------------------- boundary values
-def encode_value(v: object) -> dict[str, Any]:
-    """Encode a page-column value as a type-tagged JSON value."""
-    # bool before int, datetime before date: each is a subclass of the other
-    if isinstance(v, bool):
-        return {"t": "bool", "v": v}
-    if isinstance(v, int):
-        return {"t": "int", "v": v}
-    if isinstance(v, str):
-        return {"t": "str", "v": v}
-    if isinstance(v, dt.datetime):
-        return {"t": "datetime", "v": v.isoformat()}
-    if isinstance(v, dt.date):
-        return {"t": "date", "v": v.isoformat()}
-    if isinstance(v, decimal.Decimal):
-        return {"t": "decimal", "v": str(v)}
-    if isinstance(v, float):
-        return {"t": "float", "v": v.hex()}
-    if isinstance(v, bytes | bytearray | memoryview):
-        return {"t": "bytes", "v": base64.b64encode(bytes(v)).decode("ascii")}
-    if isinstance(v, uuid.UUID):
-        return {"t": "uuid", "v": str(v)}
-    raise InputError(f"page column values of type {type(v).__name__} cannot be saved in a layout")
-
-
-def decode_value(d: Mapping[str, Any]) -> object:
-    """Inverse of :func:`encode_value`."""
-    try:
-        tag, v = d["t"], d["v"]
-        if tag in ("bool", "int", "str"):
-            if tag == "int" and (not isinstance(v, int) or isinstance(v, bool)):
-                raise TypeError(v)
-            return v
-        if tag == "datetime":
-            return dt.datetime.fromisoformat(v)
-        if tag == "date":
-            return dt.date.fromisoformat(v)
-        if tag == "decimal":
-            return decimal.Decimal(v)
-        if tag == "float":
-            return float.fromhex(v)
-        if tag == "bytes":
-            return base64.b64decode(v)
-        if tag == "uuid":
-            return uuid.UUID(v)
-    except (KeyError, TypeError, ValueError, decimal.InvalidOperation) as e:
-        raise CheckpointError(f"bad boundary value in master layout: {d!r} ({e})") from None
-    raise CheckpointError(f"bad boundary value in master layout: unknown type tag in {d!r}")
 
 
 _TAGS: dict[type | None, str] = {
@@ -117,31 +72,6 @@ _TAGS: dict[type | None, str] = {
     uuid.UUID: "uuid",
     bytes: "bytes",
 }
-
-
-def _python_type(col: sa.Column[Any]) -> type | None:
-    try:
-        return col.type.python_type
-    except NotImplementedError:
-        return None
-
-
-@dataclass(frozen=True)
-class _Layout:
-    bounds: tuple[object, ...]  # K - 1 upper bounds of partitions 0 .. K-2
-    num_rows: int
-
-    @property
-    def k(self) -> int:
-        return len(self.bounds) + 1
-
-
-def _partition_expr(page: sa.Column[Any], bounds: Sequence[object]) -> sa.ColumnElement[Any]:
-    """Partition of a row, computed by the database: the first p with page <= bound[p], else K - 1."""
-    if not bounds:
-        return sa.literal(0, sa.Integer)
-    whens = [(page <= sa.bindparam(None, b, type_=page.type), p) for p, b in enumerate(bounds)]
-    return sa.case(*whens, else_=len(bounds))
 
 
 # ---------------------------------------------------------------- the scan
@@ -220,7 +150,7 @@ class SqlMasterScan:
         self._where, self._post = self._shard_filter()
         if self._where is not None:
             self._select = self._select.where(self._where)
-        self._layout: _Layout | None = self._restore(layout) if layout is not None else None
+        self._layout: Layout | None = self._restore(layout) if layout is not None else None
         self._warned: dict[int, int] = {}  # partition -> R-cycle in which its growth was logged
         self._cycle = 0
         self._last_p = -1
@@ -306,7 +236,7 @@ class SqlMasterScan:
             fields.append(pa.field(n, at, nullable=bool(c.nullable)))
         return pa.schema(fields)
 
-    def _restore(self, layout: Mapping[str, Any]) -> _Layout:
+    def _restore(self, layout: Mapping[str, Any]) -> Layout:
         if not isinstance(layout, Mapping) or layout.get("version") != LAYOUT_VERSION:
             raise CheckpointError(f"master layout must be a dict with version {LAYOUT_VERSION}, got {layout!r:.200}")
         for field, want in (
@@ -328,15 +258,15 @@ class SqlMasterScan:
         if not isinstance(bounds, list) or not isinstance(num_rows, int) or num_rows < 0:
             raise CheckpointError("master layout needs a list 'bounds' and an integer 'num_rows' >= 0")
         values = tuple(decode_value(b) for b in bounds)
-        tag = _TAGS.get(_python_type(self._page))
+        tag = _TAGS.get(python_type(self._page))
         if tag is not None and any(b["t"] != tag for b in bounds):
             raise CheckpointError(
                 f"master layout boundaries are not all of type {tag!r}, the type of page column {self._page.name!r}"
             )
-        return _Layout(values, num_rows)
+        return Layout(values, num_rows)
 
     # ------------------------------------------------------------ layout
-    def _compute_layout(self, conn: Connection) -> _Layout:
+    def _compute_layout(self, conn: Connection) -> Layout:
         page = self._page
         count_all = sa.select(sa.func.count()).select_from(self._sa_table)
         if self._where is not None:
@@ -359,9 +289,9 @@ class SqlMasterScan:
         if bounds and rest == 0:
             bounds.pop()  # the last boundary is the maximum: no empty last partition
             rest = self._b
-        return _Layout(tuple(bounds), len(bounds) * self._b + rest)
+        return Layout(tuple(bounds), len(bounds) * self._b + rest)
 
-    def _ensure_layout(self) -> _Layout:
+    def _ensure_layout(self) -> Layout:
         if self._layout is None:
             lay = self._runner.run(self._compute_layout, "computing the master partitions", transaction=True)
             log.info(
@@ -553,8 +483,8 @@ class SqlMasterScan:
         keys = pc.unique(pc.drop_null(values)).to_pylist() if len(values) else []
         if not keys:
             return self._with_partition(self._schema.empty_table(), [])
-        by_int = _python_type(self._page) is int
-        extra = self._page if by_int else _partition_expr(self._page, lay.bounds)
+        by_int = python_type(self._page) is int
+        extra = self._page if by_int else partition_expr(self._page, lay.bounds)
         q = sa.select(*self._select.selected_columns, extra.label(PARTITION_COLUMN))
         col = self._sa_table.c[key]
         n_cols = len(self._columns)
@@ -599,110 +529,3 @@ class SqlMasterScan:
         """Dispose of the engine if this scan (or the scan it was repartitioned from) created it."""
         if self._owns_engine:
             self._engine.dispose()
-
-
-# ---------------------------------------------------------------- connectorx fetch path
-_CX_SCHEMES = {"mysql": "mysql", "mariadb": "mysql", "postgresql": "postgresql"}
-_CX_TRANSIENT = (
-    "connection refused",
-    "timed out",
-    "timeout",
-    "broken pipe",
-    "reset by peer",
-    "lost connection",
-    "gone away",
-    "can't connect",
-    "connection closed",
-    "shutdown",
-    "io error",
-)
-
-
-class ArrowReader:
-    """Partitions fetched by connectorx as Arrow, without Python objects per value.
-
-    connectorx takes SQL text, not parameters; it is used only when every value put into the
-    text is a partition boundary of an *integer* page column (rendered as digits by
-    SQLAlchemy), so no text from the database or the configuration reaches the SQL.
-    """
-
-    def __init__(self, url: str, password: str | None, table: str, dialect: sa.Dialect) -> None:
-        self._url = url
-        # SQL text for connectorx: a "named" paramstyle, so that a literal % (the modulo of a
-        # shard predicate) is not escaped to %% as it is for PyMySQL's pyformat
-        make: Any = type(dialect)
-        self._dialect = make(paramstyle="named")
-        if getattr(dialect, "is_mariadb", False):
-            self._dialect.is_mariadb = True  # type: ignore[attr-defined]
-        self._password = password
-        self._table = table
-        self.usable = True
-
-    @classmethod
-    def for_scan(cls, engine: Engine, page: sa.Column[Any], reader: str, table: str) -> ArrowReader | None:
-        """Return a reader when ``reader`` asks for one and the scan allows it, else None."""
-        if reader == "driver":
-            return None
-        why = None
-        scheme = _CX_SCHEMES.get(engine.dialect.name)
-        if scheme is None:
-            why = f"the {engine.dialect.name} dialect is not supported by connectorx here"
-        elif _python_type(page) is not int:
-            why = f"page column {page.name!r} is not an integer column"
-        else:
-            try:
-                import connectorx  # noqa: F401
-            except ImportError:
-                why = "connectorx is not installed (pip install 'ssbj[fast]')"
-        if why is not None:
-            if reader == "connectorx":
-                raise ConfigError(f"master reader connectorx cannot be used for {table}: {why}")
-            return None
-        url = engine.url.set(drivername=str(scheme))
-        return cls(url.render_as_string(hide_password=False), engine.url.password, table, engine.dialect)
-
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._password, "***") if self._password else text
-
-    def read(self, q: Any, schema: pa.Schema, retry: RetryPolicy, p: int) -> pa.Table | None:
-        """Fetch partition ``p``; None (and the driver from then on) if connectorx cannot read it."""
-        import connectorx as cx
-
-        bounds = [bp.value for bp in q.compile().binds.values()]
-        if any(type(v) is not int for v in bounds):  # never render other values into SQL text
-            self.usable = False
-            return None
-        sql = str(q.compile(dialect=self._dialect, compile_kwargs={"literal_binds": True}))
-
-        def message(e: Exception) -> str:
-            return self._scrub(" ".join(str(e).split()))[:300]
-
-        def transient(e: Exception) -> bool:  # connectorx raises plain RuntimeError/ValueError subclasses
-            return any(w in message(e).lower() for w in _CX_TRANSIENT)
-
-        try:
-            got = with_retries(
-                lambda: cx.read_sql(self._url, sql, return_type="arrow"),
-                retry,
-                transient,
-                f"reading master partition {p} of {self._table}",
-                log,
-                detail=message,
-                last_error=message,
-            )
-        except Exception as e:
-            if isinstance(e, TransientError):
-                raise
-            log.warning("connectorx cannot read %s (%s); using the database driver instead", self._table, message(e))
-            self.usable = False
-            return None
-        table = got if isinstance(got, pa.Table) else pa.Table.from_batches(list(got))
-        if table.num_rows == 0:
-            return schema.empty_table()
-        try:
-            arrays = [table.column(i).cast(f.type) for i, f in enumerate(schema)]
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            log.warning("connectorx types of %s do not cast to %s (%s); using the driver", self._table, schema, e)
-            self.usable = False
-            return None
-        return pa.Table.from_arrays(arrays, schema=schema)

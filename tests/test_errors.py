@@ -12,7 +12,8 @@ import yaml
 import ssbj.errors
 from ssbj import credentials
 from ssbj.adapters.kafka_source import KafkaSourceError
-from ssbj.adapters.master_sql import SqlMasterScan, decode_value
+from ssbj.adapters.master_layout import decode_value
+from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import SqlRunner, make_engine

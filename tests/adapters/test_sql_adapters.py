@@ -22,7 +22,8 @@ import pytest
 import sqlalchemy as sa
 from reference import as_multiset, batch_join
 
-from ssbj.adapters.master_sql import SqlMasterScan, decode_value, encode_value
+from ssbj.adapters.master_layout import decode_value, encode_value
+from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import SCHEMA_FILE, STALE_TMP_SECONDS, ParquetDirSink, file_name
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import is_transient
