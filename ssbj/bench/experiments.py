@@ -8,7 +8,8 @@ One module per group of experiments: :mod:`ssbj.bench.exp_paper` (the paper's fi
 :mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database),
 :mod:`ssbj.bench.exp_multiway` (the multi-way join: dpPick's probe order, the LSM-tree waiting store),
 :mod:`ssbj.bench.exp_shared` (shared jobs: the sharing ILP's solve time, shared vs isolated),
-:mod:`ssbj.bench.exp_cq` (continuous queries: Q7 under inserts and deletes).
+:mod:`ssbj.bench.exp_cq` (continuous queries: Q7 under inserts and deletes),
+:mod:`ssbj.bench.exp_cq_exact` (their exactness at scale: DuckDB after every batch).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from ssbj.bench.exp_bound import exp_bound
 from ssbj.bench.exp_cq import exp_cq
+from ssbj.bench.exp_cq_exact import exp_cq_exact
 from ssbj.bench.exp_hashjoin import exp_hashjoin, exp_throughput
 from ssbj.bench.exp_hybrid import exp_hybrid
 from ssbj.bench.exp_multiway import exp_multiway_order, exp_multiway_spill
@@ -71,6 +73,7 @@ EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "shared_ilp": _shared_ilp,
     "shared_jobs": _shared_jobs,
     "cq": exp_cq,
+    "cq_exact": exp_cq_exact,
 }
 
 
