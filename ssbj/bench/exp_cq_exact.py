@@ -29,9 +29,9 @@ from ssbj.cq.query import plan_query
 from ssbj.cq.schema import parse_schema
 
 SETTINGS: dict[str, dict[str, Any]] = {
-    # batch: changes per micro-batch at each scale factor (~100-120 batches each)
+    # batch: changes per micro-batch at each scale factor (~100-230 batches each)
     "small": {"sfs": (0.01,), "batch": {0.01: 5_000}, "moves": 500},
-    "full": {"sfs": (0.1, 1.0), "batch": {0.1: 10_000, 1.0: 100_000}, "moves": 20_000},
+    "full": {"sfs": (0.1, 1.0), "batch": {0.1: 10_000, 1.0: 50_000}, "moves": 20_000},
 }
 _LAG = 0.05  # a second-half tuple's delete follows its insert by up to this share of the phase
 
