@@ -31,7 +31,7 @@ from ssbj.pipeline.cq_processor import CqProcessor, CqTotals
 from ssbj.pipeline.cq_records import DecodedChanges, decode_batch, snapshot_changes
 from ssbj.pipeline.factory import build_sink
 from ssbj.pipeline.job import files_reader, kafka_reader, spark_session
-from ssbj.pipeline.restarts import restart_delay
+from ssbj.pipeline.restarts import run_restarting
 from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
 from ssbj.retry import RetryPolicy
 
@@ -193,27 +193,28 @@ class CqJob:
             self.spark = spark_session(self.cfg)
         Path(self.cfg.checkpoint).mkdir(parents=True, exist_ok=True)
         self.processor.open()
-        restarts = 0
-        while True:
+
+        def attempt() -> None:
             self._error = None
             self.query = self._start()
-            try:
-                while not self.stop_event.is_set():
-                    if self.query.awaitTermination(0.5):
-                        break
-                if self.stop_event.is_set():
-                    self._stop_query()
-                if self._error is None and self.query.exception() is None:
+            while not self.stop_event.is_set():
+                if self.query.awaitTermination(0.5):
                     break
-                raise ServiceError(f"the Spark query failed: {self.query.exception()}")
-            except Exception as exc:
-                cause = self._error or exc
-                delay = restart_delay(cause, exc, restarts, self.max_restarts, self.restart_policy, log)
-                restarts += 1
+            if self.stop_event.is_set():
                 self._stop_query()
-                if self.stop_event.wait(delay):
-                    break
-                self.processor.reset()
+            if self._error is not None or self.query.exception() is not None:
+                raise ServiceError(f"the Spark query failed: {self.query.exception()}")
+
+        restarts = run_restarting(
+            attempt,
+            lambda: self._error,
+            self._stop_query,
+            self.processor.reset,
+            self.stop_event,
+            self.max_restarts,
+            self.restart_policy,
+            log,
+        )
         return CqRunSummary(self._batches, self.processor.totals, self.processor.last_progress, restarts)
 
     def _stop_query(self) -> None:

@@ -25,7 +25,7 @@ from ssbj.pipeline.multiway_masters import STREAM_TAG
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import decoder
-from ssbj.pipeline.restarts import restart_delay
+from ssbj.pipeline.restarts import run_restarting
 from ssbj.pipeline.shardedrun import ShardedRun
 from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
 from ssbj.retry import RetryPolicy
@@ -214,23 +214,24 @@ class EnrichmentJob:
         if self.run_id is not None:
             warehouse = Warehouse(self.cfg)
             warehouse.begin_run(self.run_id, self.processor.position())
-        restarts = 0
-        while True:
+
+        def attempt() -> None:
             self._error = None
             self.query = self._start()
-            try:
-                self._wait()
-                if self._error is None and self.query.exception() is None:
-                    break
+            self._wait()
+            if self._error is not None or self.query.exception() is not None:
                 raise ServiceError(f"the Spark query failed: {self.query.exception()}")
-            except Exception as exc:
-                cause = self._error or exc
-                delay = restart_delay(cause, exc, restarts, self.max_restarts, self.restart_policy, log)
-                restarts += 1
-                self._stop_query()
-                if self.stop_event.wait(delay):
-                    break
-                self.processor.reset()  # reload the committed state: the failed batch may have half-run
+
+        restarts = run_restarting(
+            attempt,
+            lambda: self._error,
+            self._stop_query,
+            self.processor.reset,
+            self.stop_event,
+            self.max_restarts,
+            self.restart_policy,
+            log,
+        )
         drained = False
         if self.cfg.trigger.mode == "available-now" and not self.stop_event.is_set():
             p = self.processor.drain(self._committed)

@@ -26,7 +26,7 @@ from ssbj.pipeline import multiconf
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.job import source_frame, spark_session
 from ssbj.pipeline.multiprocessor import MultiProcessor
-from ssbj.pipeline.restarts import restart_delay
+from ssbj.pipeline.restarts import run_restarting
 from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
 from ssbj.retry import RetryPolicy
 
@@ -111,25 +111,26 @@ class MultiJob:
         t_start = time.monotonic()
         before = self.processor.counts()
         warehouses = self._begin_audit()
-        restarts = 0
-        while True:
+
+        def attempt() -> None:
             self._error = None
             self.queries = []
-            try:
-                self.queries = self._start()
-                self._wait()
-                failed = [q.exception() for q in self.queries if q.exception() is not None]
-                if self._error is None and not failed:
-                    break
+            self.queries = self._start()
+            self._wait()
+            failed = [q.exception() for q in self.queries if q.exception() is not None]
+            if self._error is not None or failed:
                 raise ServiceError(f"a Spark query failed: {failed[0] if failed else self._error}")
-            except Exception as exc:
-                cause = self._error or exc
-                self._stop_queries()  # whether it restarts or not
-                delay = restart_delay(cause, exc, restarts, self.max_restarts, self.restart_policy, log)
-                restarts += 1
-                if self.stop_event.wait(delay):
-                    break
-                self.processor.reset()
+
+        restarts = run_restarting(
+            attempt,
+            lambda: self._error,
+            self._stop_queries,
+            self.processor.reset,
+            self.stop_event,
+            self.max_restarts,
+            self.restart_policy,
+            log,
+        )
         drained = False
         if self.jobs.first.trigger.mode == "available-now" and not self.stop_event.is_set():
             p = self.processor.drain()

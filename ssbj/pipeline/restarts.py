@@ -8,6 +8,8 @@ then reloads its committed state and Spark replays what was not committed.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
 from ssbj.errors import TerminalError, TransientError
 from ssbj.logs import fields
@@ -42,3 +44,34 @@ def restart_delay(
         extra=fields(event="restart", attempt=attempt, in_seconds=delay, error=str(cause)),
     )
     return delay
+
+
+def run_restarting(
+    attempt: Callable[[], None],
+    recorded: Callable[[], BaseException | None],
+    stop_queries: Callable[[], None],
+    reset: Callable[[], None],
+    stop_event: threading.Event,
+    max_restarts: int,
+    policy: RetryPolicy,
+    log: logging.Logger,
+) -> int:
+    """Run ``attempt`` (start the queries, wait for them, raise if one failed) until it ends cleanly.
+
+    After a failure the queries are stopped; a transient one (``recorded()``, the error a
+    batch function kept, else what ``attempt`` raised) restarts after the policy's delay
+    with the committed state reloaded (``reset``); a stop request during the delay ends
+    the run. Returns the restarts made.
+    """
+    restarts = 0
+    while True:
+        try:
+            attempt()
+            return restarts
+        except Exception as exc:
+            stop_queries()  # whether it restarts or not
+            delay = restart_delay(recorded() or exc, exc, restarts, max_restarts, policy, log)
+            restarts += 1
+            if stop_event.wait(delay):
+                return restarts
+            reset()  # reload the committed state: the failed batch may have half-run

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
 from ssbj.errors import ServiceError, TransientError
 from ssbj.logs import record_fields
-from ssbj.pipeline.restarts import restart_delay
+from ssbj.pipeline.restarts import restart_delay, run_restarting
 from ssbj.retry import RetryPolicy
 
 POLICY = RetryPolicy(5, 0.5, 4.0)
@@ -42,3 +43,54 @@ def test_any_other_failure_is_raised_as_the_query_raised_it() -> None:
     with pytest.raises(RuntimeError) as info:
         restart_delay(failure, failure, 0, 3, POLICY, LOG)
     assert info.value is failure
+
+
+class _Run:
+    """An attempt that fails with the given errors, then succeeds; records what the loop did."""
+
+    def __init__(self, *failures: Exception, recorded: BaseException | None = None) -> None:
+        self.failures = list(failures)
+        self.recorded = recorded
+        self.log: list[str] = []
+
+    def attempt(self) -> None:
+        self.log.append("attempt")
+        if self.failures:
+            raise self.failures.pop(0)
+
+    def go(self, stop: threading.Event | None = None, max_restarts: int = 3) -> int:
+        return run_restarting(
+            self.attempt,
+            lambda: self.recorded,
+            lambda: self.log.append("stop"),
+            lambda: self.log.append("reset"),
+            stop or threading.Event(),
+            max_restarts,
+            RetryPolicy(5, 0.0, 0.0),
+            LOG,
+        )
+
+
+def test_run_restarting_stops_resets_and_retries_transient_failures() -> None:
+    run = _Run(TransientError("broker down"), TransientError("broker down"))
+    assert run.go() == 2
+    assert run.log == ["attempt", "stop", "reset", "attempt", "stop", "reset", "attempt"]
+
+
+def test_run_restarting_raises_a_terminal_failure_after_stopping_the_queries() -> None:
+    run = _Run(RuntimeError("spark wrapping"), recorded=ServiceError("access denied"))
+    with pytest.raises(ServiceError):
+        run.go()
+    assert run.log == ["attempt", "stop"]
+
+
+def test_run_restarting_gives_up_after_max_restarts_and_ends_on_a_stop_request() -> None:
+    run = _Run(*[TransientError("db down")] * 3)
+    with pytest.raises(TransientError):
+        run.go(max_restarts=2)
+    assert run.log.count("attempt") == 3
+    stop = threading.Event()
+    stop.set()
+    run = _Run(TransientError("db down"))
+    assert run.go(stop) == 1
+    assert run.log == ["attempt", "stop"]  # no reset, no second attempt
