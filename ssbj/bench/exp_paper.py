@@ -7,7 +7,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ssbj.bench.harness import ALGORITHMS, Bench, Dataset, Json, RunConfig, _ratio, tpch_dataset
+from ssbj.bench.datasets import Dataset, tpch_dataset
+from ssbj.bench.harness import ALGORITHMS, Bench, Json, RunConfig, _ratio
 from ssbj.errors import ConfigError
 
 

@@ -1,4 +1,6 @@
-"""The benchmark harness: presets, data sets, one measured operator run, and :class:`Bench`.
+"""The benchmark harness: one measured operator run, and :class:`Bench`.
+
+Presets are in :mod:`ssbj.bench.presets`, data sets in :mod:`ssbj.bench.datasets`.
 
 Every experiment (``ssbj.bench.exp_*``) is a function ``exp_<name>(bench) -> dict``
 returning JSON-able results, built on this module. All timings are steady-state numbers:
@@ -31,15 +33,15 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from ssbj.bench.datagen import SyntheticStream, key_stats, synthetic_master, tpch
+from ssbj.bench.datasets import Dataset, synthetic_dataset
+from ssbj.bench.presets import PRESETS, Json, Preset
 from ssbj.core import (
     ArrowMaster,
     CostConstants,
@@ -50,244 +52,21 @@ from ssbj.core import (
     calibrate,
 )
 from ssbj.core.budget import breakdown
-from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError
 from ssbj.planning import JoinSettings, plan_join
 
-Json = dict[str, Any]
+__all__ = [
+    "ALGORITHMS",
+    "PRESETS",
+    "Bench",
+    "Dataset",
+    "Json",
+    "Preset",
+    "RunConfig",
+    "exp_calibration",
+]  # Dataset, Json and the presets re-exported: the experiments import them from here
 
 ALGORITHMS = ("ssbj", "meshjoin")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Sizes of one benchmark scale; the paper's sizes are 20M-100M master tuples."""
-
-    name: str
-    r_main: int  # |R| of fig5a/5c/5f (paper: 100M)
-    r_sizes: tuple[int, ...]  # fig5b (paper: 20M-100M)
-    r_small: int  # fig4a, fig6a, fig6cd (paper: 20M)
-    mem_fracs: tuple[float, ...]  # fig5a/5f (paper: 1%-10% of R)
-    fixed_mem_frac: float  # fig5b: budget as a fraction of the largest R
-    skews: tuple[float, ...]  # fig5c
-    skew_mem_frac: float  # fig5c (paper: 10%)
-    switch_factors: tuple[float, ...]  # fig6a
-    sf_mem_frac: float  # fig6a (paper: 1%)
-    fig4a_chunks: tuple[int, ...]  # bytes of stream tuples entering H_S per step
-    fig4a_partitions: int
-    tpch_scale: float
-    tpch_mem_fracs: tuple[float, ...]
-    hashjoin_r: int
-    hashjoin_budget_factor: float  # budget = factor x projected R bytes ("memory for all of R")
-    throughput_mem_frac: float
-    cost_mem_frac: float
-    calib_configs: tuple[tuple[int, int], ...]  # (k, chunk bytes), for both algorithms, skew 0 and 1
-    calib_cycles: int
-    warm_cycles_ssbj: int
-    warm_cycles_mesh: int
-    measure_cycles: int
-    max_run_seconds: float  # a run's measurement stops after this, once one R-cycle is in
-    min_partitions: int  # k >= this (the planner would pick k = 1 for budgets above |R|)
-    segment_rows: int
-    max_stream_rows: int
-    max_step_tuples: int
-    batch_rows: int
-    master_payload: int  # bytes; 96 gives v_R = 112 B projected, as the paper's 11.18 GB/100M
-    stream_payload: int
-    pyarrow_reps: int
-    reps: int  # repetitions of every operator run (median kept)
-    bound_skews: tuple[float, ...] = (0.5, 1.0, 1.5)  # exp_bound
-    bound_mem_fracs: tuple[float, ...] = (0.01, 0.10)
-
-
-PRESETS: dict[str, Preset] = {
-    "small": Preset(
-        name="small",
-        r_main=200_000,
-        r_sizes=(100_000, 200_000),
-        r_small=200_000,
-        mem_fracs=(0.01, 0.05, 0.10),
-        fixed_mem_frac=0.10,
-        skews=(0.0, 0.5, 1.0),
-        skew_mem_frac=0.10,
-        switch_factors=(0.5, 1.0, 2.0),
-        sf_mem_frac=0.01,
-        fig4a_chunks=(8_192, 65_536),
-        fig4a_partitions=4,
-        tpch_scale=0.01,
-        tpch_mem_fracs=(0.01, 0.10),
-        hashjoin_r=50_000,
-        hashjoin_budget_factor=2.0,
-        throughput_mem_frac=0.10,
-        cost_mem_frac=0.05,
-        calib_configs=((4, 16_384), (16, 4_096), (64, 1_024)),
-        calib_cycles=2,
-        warm_cycles_ssbj=4,
-        warm_cycles_mesh=2,
-        measure_cycles=2,
-        max_run_seconds=20.0,
-        min_partitions=4,
-        segment_rows=1 << 17,
-        max_stream_rows=4_000_000,
-        max_step_tuples=1 << 16,
-        batch_rows=1 << 14,
-        master_payload=96,
-        stream_payload=16,
-        pyarrow_reps=2,
-        reps=1,
-    ),
-    "full": Preset(
-        name="full",
-        r_main=2_000_000,
-        r_sizes=(250_000, 500_000, 1_000_000, 2_000_000),
-        r_small=1_000_000,
-        mem_fracs=(0.01, 0.02, 0.04, 0.06, 0.08, 0.10),
-        fixed_mem_frac=0.10,
-        skews=(0.0, 0.25, 0.5, 0.75, 1.0),
-        skew_mem_frac=0.10,
-        switch_factors=(0.25, 0.5, 1.0, 2.0, 4.0),
-        sf_mem_frac=0.01,
-        fig4a_chunks=(8_192, 32_768, 131_072, 524_288, 2_097_152),
-        fig4a_partitions=16,
-        tpch_scale=1.0,
-        tpch_mem_fracs=(0.01, 0.02, 0.05, 0.10),
-        hashjoin_r=1_000_000,
-        hashjoin_budget_factor=2.0,
-        throughput_mem_frac=0.10,
-        cost_mem_frac=0.05,
-        calib_configs=((8, 1 << 18), (16, 1 << 16), (64, 1 << 13), (192, 1 << 11)),
-        calib_cycles=2,
-        warm_cycles_ssbj=12,
-        warm_cycles_mesh=3,
-        measure_cycles=9,
-        max_run_seconds=45.0,
-        min_partitions=4,
-        segment_rows=1 << 21,
-        max_stream_rows=400_000_000,  # SSBJ with every value cached serves ~10M tuples an R-cycle
-        max_step_tuples=1 << 20,
-        batch_rows=1 << 16,
-        master_payload=96,
-        stream_payload=16,
-        pyarrow_reps=3,
-        reps=3,
-    ),
-}
-
-
-# ---------------------------------------------------------------------------- data
-class Dataset:
-    """A master table R and a deterministic, segment-wise generated stream over it."""
-
-    def __init__(
-        self,
-        name: str,
-        master: pa.Table,
-        stream_schema: pa.Schema,
-        make_segment: Callable[[int], pa.Table],
-        stream_key: str,
-        master_key: str,
-        master_columns: tuple[str, ...],
-        info: Json | None = None,
-    ) -> None:
-        self.name = name
-        self.master = master
-        self.stream_schema = stream_schema
-        self.stream_key = stream_key
-        self.master_key = master_key
-        self.master_columns = master_columns
-        self._make = make_segment
-        self._segments: list[pa.Table] = []
-        proj = master.select([master_key, *[c for c in master_columns if c != master_key]])
-        self.r_rows = master.num_rows
-        self.r_bytes = int(proj.nbytes)  # projected R: what the disk buffer and H_R hold
-        self.v_r = self.r_bytes / max(1, self.r_rows)
-        first = self.segment(0)
-        self.v_s = float(row_nbytes(first).mean()) if first.num_rows else 1.0
-        self.info: Json = {
-            "name": name,
-            "r_rows": self.r_rows,
-            "r_projected_bytes": self.r_bytes,
-            "v_r": round(self.v_r, 2),
-            "v_s": round(self.v_s, 2),
-            **(info or {}),
-        }
-
-    def segment(self, i: int) -> pa.Table:
-        """Stream segment ``i``, generated once and kept (all runs see the same data)."""
-        while len(self._segments) <= i:
-            self._segments.append(self._make(len(self._segments)))
-        return self._segments[i]
-
-    def rows(self, n: int) -> pa.Table:
-        """Return the first ``n`` stream tuples."""
-        parts: list[pa.Table] = []
-        have = 0
-        i = 0
-        while have < n:
-            seg = self.segment(i)
-            if seg.num_rows == 0:
-                break
-            take = min(seg.num_rows, n - have)
-            parts.append(seg.slice(0, take))
-            have += take
-            i += 1
-        return pa.concat_tables(parts).combine_chunks() if parts else self.stream_schema.empty_table()
-
-    def batches(self, rows: int, max_rows: int) -> Iterator[pa.RecordBatch]:
-        """Yield the stream as record batches of ``rows`` tuples, at most ``max_rows`` in all."""
-        sent = 0
-        i = 0
-        while sent < max_rows:
-            seg = self.segment(i)
-            if seg.num_rows == 0:
-                return
-            for b in seg.to_batches(max_chunksize=rows):
-                if sent >= max_rows:
-                    return
-                yield b
-                sent += b.num_rows
-            i += 1
-
-
-def synthetic_dataset(p: Preset, n_master: int, skew: float, seed: int) -> Dataset:
-    """Build the paper's synthetic data set at |R| = ``n_master``."""
-    master = synthetic_master(n_master, seed=seed, payload_bytes=p.master_payload)
-    src = SyntheticStream(n_master, skew, seed=seed, payload_bytes=p.stream_payload, segment_rows=p.segment_rows)
-    ds = Dataset(
-        f"synthetic(R={n_master}, skew={skew:g})",
-        master,
-        src.schema,
-        src.segment,
-        "sk",
-        "mk",
-        ("attr", "mpayload"),
-        {"skew": skew, "seed": seed},
-    )
-    sample = ds.segment(0)
-    ds.info["keys"] = key_stats(sample, master, "sk", "mk")
-    return ds
-
-
-def tpch_dataset(p: Preset, work_dir: Path) -> Dataset:
-    """TPC-H orders (stream, repeated as often as needed) joined with customer (master)."""
-    orders, customer = tpch(p.tpch_scale, work_dir / f"tpch-sf{p.tpch_scale:g}")
-    cols = tuple(c for c in customer.column_names if c != "c_custkey")
-
-    def seg(_i: int) -> pa.Table:
-        return orders
-
-    ds = Dataset(
-        f"tpch(sf={p.tpch_scale:g})",
-        customer,
-        orders.schema,
-        seg,
-        "o_custkey",
-        "c_custkey",
-        cols,
-        {"scale": p.tpch_scale, "orders_rows": orders.num_rows},
-    )
-    ds.info["keys"] = key_stats(orders, customer, "o_custkey", "c_custkey")
-    return ds
 
 
 # ---------------------------------------------------------------------------- runs
