@@ -71,7 +71,7 @@ class KafkaSourceError(TransientError):
     """The broker stayed unreachable, or a planned offset range could not be read."""
 
 
-class BrokerTrouble(Exception):
+class BrokerTrouble(TransientError):
     """A broker problem worth retrying (raised inside :func:`with_broker_retries`)."""
 
 
