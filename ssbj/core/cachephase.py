@@ -49,7 +49,7 @@ def cache_phase(
     miss_keys: list[np.ndarray] = []
     miss_bytes = 0
     w_n = w_s = w_null = 0
-    hr_table = cache.table() if use_cache else None
+    hr_table = cache.table().select(op._pair_idx) if use_cache else None
     while op._buffer and remaining > 0 and used < budget:
         buf = op._buffer[0]
         start = buf.pos
@@ -99,7 +99,7 @@ def cache_phase(
             w_n += len(emp_idx)
         if n_hits:
             assert hr_table is not None  # noqa: S101 - use_cache implies it
-            m = hr_table.take(pr)
+            m = take_rows(hr_table, pr)
             if s is None:
                 s = buf.table.slice(0, 0)
             ok = op._verified(s, m)
@@ -107,11 +107,12 @@ def cache_phase(
                 s, m, ps = s.filter(ok), m.filter(ok), ps[ok]
             if len(ps):
                 pairs.append((s, m))
-            matched = np.zeros(consumed, dtype=bool)
-            matched[ps - start] = True
-            n_matched = int(np.count_nonzero(matched))
+            # ps is ascending: its distinct tuples are the matched ones
+            n_matched = int(np.count_nonzero(ps[1:] != ps[:-1])) + 1 if len(ps) else 0
             op._c.matched += n_matched
             if n_matched < n_hits:
+                matched = np.zeros(consumed, dtype=bool)
+                matched[ps - start] = True
                 lost = np.flatnonzero((hit >= 0) & ~matched) + start
                 unmatched.append(buf.table.take(lost))
             w_n += n_hits
@@ -140,7 +141,7 @@ def hs_add(op: SemiStreamJoin, table: pa.Table, keys: np.ndarray, nbytes: int) -
         hs.set_capacity(max(2 * hs.cap, hs.span + n))
     hs.reserve_values(n, B.index_limit(op))
     if op._use_cache:
-        op.stats.grow(B.stats_limit(op))
+        op.stats.grow(lambda: B.stats_limit(op))
     st = op.stats.table
     tracked = op.stats.size
     hs.values += int(

@@ -81,7 +81,7 @@ def cpu_c_loop(r: dict[str, Any]) -> float:
 
 
 def setup(frac: float) -> tuple[Bench, Dataset, Any, int, int, int | None]:
-    """The full preset's data at skew 1 and the plan (b, piece rows) for ``frac`` of R."""
+    """Build the full preset's data at skew 1 and plan (b, piece rows) for ``frac`` of R."""
     p = dataclasses.replace(PRESETS["full"], bound_skews=(1.0,), reps=1)
     bench = Bench(p, Path(tempfile.gettempdir()))
     bench.set_model(CONSTANTS)
@@ -92,7 +92,7 @@ def setup(frac: float) -> tuple[Bench, Dataset, Any, int, int, int | None]:
 
 
 def configs(name: str, b: int, budget: int, rows: int | None, w_s: float, v_s: float) -> RunConfig:
-    """The run of ``name``: SSBJ or MESHJOIN under the budget, or MESHJOIN at SSBJ's w (no budget)."""
+    """Return the run of ``name``: SSBJ or MESHJOIN under the budget, or MESHJOIN at SSBJ's w (no budget)."""
     if name == "meshjoin_same_w":
         return RunConfig("meshjoin", b, chunk_bytes=max(1, int(w_s * v_s)), disk_chunk_rows=rows)
     return RunConfig(name, b, chunk_bytes=max(1, budget // 16), memory_budget=budget, disk_chunk_rows=rows)
@@ -158,6 +158,7 @@ class Timers:
         self.steps: list[dict[str, float]] = []
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Return ``fn`` adding its CPU time to ``name``."""
         acc, calls = self.acc, self.calls
         acc.setdefault(name, 0.0)
         calls.setdefault(name, 0)
@@ -175,6 +176,7 @@ class Timers:
         return inner
 
     def install(self) -> list[tuple[Any, str, Any]]:
+        """Wrap every name of ``WRAPPED`` and the step; returns what undoes it."""
         undo = []
         for mod_name, attr in WRAPPED:
             mod = importlib.import_module(mod_name)
@@ -230,7 +232,7 @@ def profile(frac: float) -> dict[str, Any]:
             "measured_steps": n,
             "w_per_step": r["w_per_step"],
             "unwrapped_cpu_c_loop_us": 1e6 * cpu_c_loop(r),
-            "per_step_us": {k: round(1e6 * v, 1) if k not in ("w", "w_s", "out") else round(v, 1) for k, v in per.items()},
+            "per_step_us": {k: round(v if k in ("w", "w_s", "out") else 1e6 * v, 1) for k, v in per.items()},
         }
     out["load_end"] = os.getloadavg()
     return out
