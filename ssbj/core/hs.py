@@ -205,19 +205,20 @@ def hs_insert(
         if track:
             # every tracked value has its interest bits set: most tuples skip the lookup
             j = kset_slot(st_keys, st_used, key) if interest_test(ibits, h) else np.int64(-1)
+            if j < 0 and had and st_meta[0] < st_meta[1] and chain_at_least(link, cap, lo, g, st_meta[2] - 1):
+                j = kset_slot(st_keys, st_used, key)  # (looked up in any case: never a second entry)
+                if j < 0:
+                    j = -j - 1
+                    st_used[j] = True
+                    st_keys[j] = key
+                    st_pay[j, ST_ROWS] = 0
+                    st_pay[j, ST_SINCE] = since
+                    st_pay[j, ST_DECIDED] = -1
+                    st_pay[j, ST_SWITCH] = 0
+                    st_meta[0] += 1
+                    interest_set(ibits, h)
             if j >= 0:
                 st_pay[j, ST_LAST] = rc
-            elif had and st_meta[0] < st_meta[1] and chain_at_least(link, cap, lo, g, st_meta[2] - 1):
-                j = -kset_slot(st_keys, st_used, key) - 1
-                st_used[j] = True
-                st_keys[j] = key
-                st_pay[j, ST_ROWS] = 0
-                st_pay[j, ST_SINCE] = since
-                st_pay[j, ST_LAST] = rc
-                st_pay[j, ST_DECIDED] = -1
-                st_pay[j, ST_SWITCH] = 0
-                st_meta[0] += 1
-                interest_set(ibits, h)
     return created
 
 
