@@ -22,11 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from ssbj.core.empties import E_F, F_MAX_EMPTY, EmptySet, es_find
-from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
+from ssbj.core.empties import EmptySet
+from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
-from ssbj.core.rfilter import rf_test
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -36,109 +35,6 @@ F_MAX_ROWS = (1 << 31) - 1
 # the index is rebuilt whole (never grown in place): at the highest load the tables allow
 # (42 -> 33 B per cached value; lookups stay in a table of a few thousand entries)
 INDEX_LOAD = MAX_LOAD
-
-
-@njit(cache=True, nogil=True)
-def cache_probe(
-    hk: np.ndarray,
-    hused: np.ndarray,
-    hpay: np.ndarray,
-    ek: np.ndarray,
-    epay: np.ndarray,
-    keys: np.ndarray,
-    valid: np.ndarray,
-    row_bytes: np.ndarray,
-    start: int,
-    miss_budget: int,
-    miss_used: int,
-    max_misses: int,
-    max_tuples: int,
-    use_cache: bool,
-    rf_bits: np.ndarray,
-    rf_mode: int,
-    rf_base: int,
-    rf_nbits: int,
-    rf_oor: bool,
-) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:  # pragma: no cover
-    """Cache phase over ``keys[start:]``: H_R hits, empty hits, NULLs and misses.
-
-    Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
-    or ``max_misses`` tuples. Returns (consumed, hit_slot, miss_idx, null_idx, empty_idx,
-    miss bytes used, tuples the R-filter answered); ``hit_slot`` has one entry per
-    consumed tuple (-1 if not a hit). ``empty_idx`` holds the tuples known to have no
-    master rows: from an empty entry or from the R-filter (``rf_mode`` > 0, see
-    :mod:`ssbj.core.rfilter`).
-    """
-    n = keys.shape[0]
-    limit = min(n, start + max_tuples)
-    hit = np.full(limit - start, -1, dtype=np.int64)
-    miss = np.empty(limit - start, dtype=np.int64)
-    nul = np.empty(limit - start, dtype=np.int64)
-    emp = np.empty(limit - start, dtype=np.int64)
-    nm = 0
-    nn = 0
-    ne = 0
-    nf = 0
-    i = start
-    while i < limit:
-        if not valid[i]:
-            nul[nn] = i
-            nn += 1
-            i += 1
-            continue
-        if use_cache:
-            j = kset_find(hk, hused, keys[i])
-            if j >= 0:
-                hit[i - start] = j
-                if hpay[j, HR_F] < F_MAX_ROWS:
-                    hpay[j, HR_F] += 1
-                i += 1
-                continue
-            if rf_mode > 0 and not rf_test(rf_bits, rf_mode, rf_base, rf_nbits, rf_oor, keys[i]):
-                emp[ne] = i
-                ne += 1
-                nf += 1
-                i += 1
-                continue
-            j = es_find(ek, keys[i])
-            if j >= 0:
-                emp[ne] = i
-                ne += 1
-                if epay[j, E_F] < F_MAX_EMPTY:
-                    epay[j, E_F] += 1
-                i += 1
-                continue
-        if nm >= max_misses or (miss_used > 0 and miss_used + row_bytes[i] > miss_budget):
-            break
-        miss[nm] = i
-        nm += 1
-        miss_used += row_bytes[i]
-        i += 1
-        if miss_used >= miss_budget:
-            break
-    return i - start, hit[: i - start], miss[:nm], nul[:nn], emp[:ne], miss_used, nf
-
-
-@njit(cache=True, nogil=True)
-def expand_hits(hit: np.ndarray, hpay: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    """Output pairs (stream index, H_R row) of the cache hits."""
-    total = 0
-    for i in range(hit.shape[0]):
-        if hit[i] >= 0:
-            total += hpay[hit[i], HR_LEN]
-    ps = np.empty(total, dtype=np.int64)
-    pr = np.empty(total, dtype=np.int64)
-    k = 0
-    for i in range(hit.shape[0]):
-        j = hit[i]
-        if j < 0:
-            continue
-        st = hpay[j, HR_START]
-        for r in range(st, st + hpay[j, HR_LEN]):
-            ps[k] = i + offset
-            pr[k] = r
-            k += 1
-    return ps, pr
 
 
 @njit(cache=True)

@@ -10,17 +10,131 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import take_rows
-from ssbj.core.cache import cache_probe, expand_hits
+from ssbj.core.cache import F_MAX_ROWS, HR_F
+from ssbj.core.empties import E_F, F_MAX_EMPTY, es_find
+from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import hs_insert
+from ssbj.core.interest import interest_test
+from ssbj.core.refresh import HR_LEN, HR_START
+from ssbj.core.rfilter import rf_test
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
 
+# mypy: disable-error-code="return-value,arg-type,no-any-return"
+
 _NO_BITS = np.zeros(1, dtype=np.uint64)
-_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+@njit(cache=True, nogil=True)
+def cache_probe(
+    hk: np.ndarray,
+    hused: np.ndarray,
+    hpay: np.ndarray,
+    ek: np.ndarray,
+    epay: np.ndarray,
+    ibits: np.ndarray,
+    keys: np.ndarray,
+    valid: np.ndarray,
+    row_bytes: np.ndarray,
+    start: int,
+    miss_budget: int,
+    miss_used: int,
+    max_misses: int,
+    max_tuples: int,
+    use_cache: bool,
+    rf_bits: np.ndarray,
+    rf_mode: int,
+    rf_base: int,
+    rf_nbits: int,
+    rf_oor: bool,
+) -> tuple[int, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, int, int]:  # pragma: no cover
+    """Cache phase over ``keys[start:]``: H_R hits with their pairs, empty hits, NULLs and misses.
+
+    Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
+    or ``max_misses`` tuples. Returns (consumed, pair tuple, pair H_R row, tuples with
+    pairs, miss_idx, null_idx, empty_idx, miss bytes used, tuples the R-filter answered).
+    The pairs are in tuple order. ``empty_idx`` holds the tuples known to have no
+    master rows: from an empty entry, from the R-filter (``rf_mode`` > 0, see
+    :mod:`ssbj.core.rfilter`) or from an H_R entry without rows. Every value of H_R and
+    of the empty entries has its bits in ``ibits`` (:mod:`ssbj.core.interest`), so a
+    tuple whose bits are clear skips both lookups; the R-filter is asked in any case.
+    """
+    n = keys.shape[0]
+    limit = min(n, start + max_tuples)
+    m = limit - start
+    ps = np.empty(m, dtype=np.int64)
+    pr = np.empty(m, dtype=np.int64)
+    miss = np.empty(m, dtype=np.int64)
+    nul = np.empty(m, dtype=np.int64)
+    emp = np.empty(m, dtype=np.int64)
+    k = 0
+    n_hit = 0
+    nm = 0
+    nn = 0
+    ne = 0
+    nf = 0
+    i = start
+    while i < limit:
+        if not valid[i]:
+            nul[nn] = i
+            nn += 1
+            i += 1
+            continue
+        if use_cache:
+            key = keys[i]
+            maybe = interest_test(ibits, mix(key))
+            j = kset_find(hk, hused, key) if maybe else -1
+            if j >= 0:
+                if hpay[j, HR_F] < F_MAX_ROWS:
+                    hpay[j, HR_F] += 1
+                st = hpay[j, HR_START]
+                ln = hpay[j, HR_LEN]
+                if ln == 0:
+                    emp[ne] = i
+                    ne += 1
+                else:
+                    if k + ln > ps.shape[0]:
+                        cap = max(2 * ps.shape[0], k + ln)
+                        ps2 = np.empty(cap, dtype=np.int64)
+                        pr2 = np.empty(cap, dtype=np.int64)
+                        ps2[:k] = ps[:k]
+                        pr2[:k] = pr[:k]
+                        ps, pr = ps2, pr2
+                    for r in range(st, st + ln):
+                        ps[k] = i
+                        pr[k] = r
+                        k += 1
+                    n_hit += 1
+                i += 1
+                continue
+            if rf_mode > 0 and not rf_test(rf_bits, rf_mode, rf_base, rf_nbits, rf_oor, key):
+                emp[ne] = i
+                ne += 1
+                nf += 1
+                i += 1
+                continue
+            j = es_find(ek, key) if maybe else -1
+            if j >= 0:
+                emp[ne] = i
+                ne += 1
+                if epay[j, E_F] < F_MAX_EMPTY:
+                    epay[j, E_F] += 1
+                i += 1
+                continue
+        if nm >= max_misses or (miss_used > 0 and miss_used + row_bytes[i] > miss_budget):
+            break
+        miss[nm] = i
+        nm += 1
+        miss_used += row_bytes[i]
+        i += 1
+        if miss_used >= miss_budget:
+            break
+    return i - start, ps[:k], pr[:k], n_hit, miss[:nm], nul[:nn], emp[:ne], miss_used, nf
 
 
 def hs_room(op: SemiStreamJoin) -> int:
@@ -49,16 +163,17 @@ def cache_phase(
     miss_keys: list[np.ndarray] = []
     miss_bytes = 0
     w_n = w_s = w_null = 0
-    hr_table = cache.table() if use_cache else None
+    hr_table: pa.Table | None = None  # H_R's pair columns, made at the first hit
     while op._buffer and remaining > 0 and used < budget:
         buf = op._buffer[0]
         start = buf.pos
-        consumed, hit, miss_idx, null_idx, emp_idx, used, n_filtered = cache_probe(
+        consumed, ps, pr, n_hits, miss_idx, null_idx, emp_idx, used, n_filtered = cache_probe(
             cache.index.keys,
             cache.index.used,
             cache.index.payload,
             cache.empties.keys,
             cache.empties.payload,
+            op.interest.bits,
             buf.keys.values,
             buf.keys.valid,
             buf.row_bytes,
@@ -72,6 +187,7 @@ def cache_phase(
             *rf_args,
         )
         consumed = int(consumed)
+        n_hits = int(n_hits)
         if n_filtered:
             op._c.bump("filter_answered", int(n_filtered))
         if consumed == 0:
@@ -79,8 +195,6 @@ def cache_phase(
         op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
         remaining -= consumed
         buf.pos += consumed
-        n_hits = int(np.count_nonzero(hit >= 0))
-        ps, pr = expand_hits(hit, cache.index.payload, start) if n_hits else (_NO_ROWS, _NO_ROWS)
         # one take for the batch's hits, NULLs, empty hits and misses (a take's fixed cost is ~20-40 us)
         parts = [a for a in (ps, null_idx, emp_idx, miss_idx) if len(a)]
         taken = take_rows(buf.table, parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else None
@@ -98,22 +212,21 @@ def cache_phase(
             at += len(emp_idx)
             w_n += len(emp_idx)
         if n_hits:
-            assert hr_table is not None  # noqa: S101 - use_cache implies it
-            m = hr_table.take(pr)
-            if s is None:
-                s = buf.table.slice(0, 0)
-            ok = op._verified(s, m)
-            if ok is not None:
-                s, m, ps = s.filter(ok), m.filter(ok), ps[ok]
+            if hr_table is None:
+                hr_table = cache.table().select(op._pair_idx)
+            m = take_rows(hr_table, pr)
+            ok = op._verified(s, m)  # type: ignore[arg-type]
+            n_matched = n_hits
+            if ok is not None:  # hashed keys: a tuple whose every pair fails matches nothing
+                hit_tuples = np.unique(ps)
+                s, m, ps = s.filter(ok), m.filter(ok), ps[ok]  # type: ignore[union-attr]
+                lost = np.setdiff1d(hit_tuples, ps)
+                n_matched -= len(lost)
+                if len(lost):
+                    unmatched.append(buf.table.take(lost))
             if len(ps):
-                pairs.append((s, m))
-            matched = np.zeros(consumed, dtype=bool)
-            matched[ps - start] = True
-            n_matched = int(np.count_nonzero(matched))
+                pairs.append((s, m))  # type: ignore[arg-type]
             op._c.matched += n_matched
-            if n_matched < n_hits:
-                lost = np.flatnonzero((hit >= 0) & ~matched) + start
-                unmatched.append(buf.table.take(lost))
             w_n += n_hits
         if len(miss_idx):
             miss_tables.append(taken.slice(at))  # type: ignore[union-attr]
@@ -140,7 +253,7 @@ def hs_add(op: SemiStreamJoin, table: pa.Table, keys: np.ndarray, nbytes: int) -
         hs.set_capacity(max(2 * hs.cap, hs.span + n))
     hs.reserve_values(n, B.index_limit(op))
     if op._use_cache:
-        op.stats.grow(B.stats_limit(op))
+        op.stats.grow(lambda: B.stats_limit(op))
     st = op.stats.table
     tracked = op.stats.size
     hs.values += int(

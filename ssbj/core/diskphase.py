@@ -402,11 +402,11 @@ def disk_phase(
     if len(pm) and rows is not None:
         both = take_rows(part, np.concatenate([pm, rows]))
         acc.slots.append(psl)
-        acc.masters.append(both.slice(0, len(pm)))
+        acc.masters.append(both.slice(0, len(pm)).select(op._pair_idx))
         acc.keep(op, both.slice(len(pm)), mk.values, rows, len(rf_row), rf_slot)
     elif len(pm):
         acc.slots.append(psl)
-        acc.masters.append(take_rows(part, pm))
+        acc.masters.append(take_rows(part.select(op._pair_idx), pm))
     elif rows is not None:
         acc.keep(op, take_rows(part, rows), mk.values, rows, len(rf_row), rf_slot)
 
@@ -427,16 +427,28 @@ def _charge_pieces(op: SemiStreamJoin, part: pa.Table, rows: int, keys_bytes: in
     op._disk_buffer_bytes = nbytes + keys_bytes
 
 
+@njit(cache=True, nogil=True)
+def key_range(keys: np.ndarray, valid: np.ndarray, sc: np.ndarray) -> None:  # pragma: no cover
+    """Add the valid ``keys`` (``valid`` empty: all) to the scan's rows, least and largest key ``sc``, in one pass."""
+    every = valid.shape[0] == 0
+    n = sc[0]
+    lo, hi = sc[1], sc[2]
+    for i in range(keys.shape[0]):
+        if not every and not valid[i]:
+            continue
+        k = keys[i]
+        if n == 0 or k < lo:
+            lo = k
+        if n == 0 or k > hi:
+            hi = k
+        n += 1
+    sc[0], sc[1], sc[2] = n, lo, hi
+
+
 def note_scan(op: SemiStreamJoin, keys: np.ndarray, valid: np.ndarray) -> None:
     """Every key the scan reads: into the R-filter, and the R-cycle's rows and key range (``valid`` empty: all)."""
     op.rfilter.add(keys, valid)
-    v = keys if len(valid) == 0 else keys[valid]
-    sc = op._scan
-    sc[0] += len(v)
-    if len(v):
-        lo, hi = int(v.min()), int(v.max())
-        sc[1] = lo if sc[0] == len(v) else min(sc[1], lo)
-        sc[2] = hi if sc[0] == len(v) else max(sc[2], hi)
+    key_range(keys, valid, op._scan)
 
 
 def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:

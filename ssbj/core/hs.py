@@ -22,7 +22,7 @@ import pyarrow as pa
 from numba import njit
 
 from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
-from ssbj.core.interest import interest_set
+from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.keys import decode_keys
 from ssbj.core.queue import Queue
 from ssbj.core.ringstore import RowRing
@@ -203,20 +203,22 @@ def hs_insert(
             created += 1
         hix[i] = enc(s, h, cap)
         if track:
-            j = kset_slot(st_keys, st_used, key)
+            # every tracked value has its interest bits set: most tuples skip the lookup
+            j = kset_slot(st_keys, st_used, key) if interest_test(ibits, h) else np.int64(-1)
+            if j < 0 and had and st_meta[0] < st_meta[1] and chain_at_least(link, cap, lo, g, st_meta[2] - 1):
+                j = kset_slot(st_keys, st_used, key)  # (looked up in any case: never a second entry)
+                if j < 0:
+                    j = -j - 1
+                    st_used[j] = True
+                    st_keys[j] = key
+                    st_pay[j, ST_ROWS] = 0
+                    st_pay[j, ST_SINCE] = since
+                    st_pay[j, ST_DECIDED] = -1
+                    st_pay[j, ST_SWITCH] = 0
+                    st_meta[0] += 1
+                    interest_set(ibits, h)
             if j >= 0:
                 st_pay[j, ST_LAST] = rc
-            elif had and st_meta[0] < st_meta[1] and chain_at_least(link, cap, lo, g, st_meta[2] - 1):
-                j = -j - 1
-                st_used[j] = True
-                st_keys[j] = key
-                st_pay[j, ST_ROWS] = 0
-                st_pay[j, ST_SINCE] = since
-                st_pay[j, ST_LAST] = rc
-                st_pay[j, ST_DECIDED] = -1
-                st_pay[j, ST_SWITCH] = 0
-                st_meta[0] += 1
-                interest_set(ibits, h)
     return created
 
 

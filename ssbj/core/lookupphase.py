@@ -65,7 +65,7 @@ def can_idle(op: SemiStreamJoin) -> bool:
 
 def choose_lookup(op: SemiStreamJoin) -> bool:
     """Decide this step: finish H_S by lookup now (True) or scan on (False)."""
-    if op.hs.live == 0 or not supports_lookup(op.master):
+    if op.hs.live == 0 or not op.lookup_ok:
         return False
     if op.hybrid_policy is not None:
         return bool(op.hybrid_policy(op))

@@ -109,6 +109,12 @@ class SemiStreamJoin:
             list(stream_schema) + [pa.field(n, master_schema.field(c).type) for n, c in zip(names, proj, strict=True)]
         )
         self._master_layout = pa.schema([master_schema.field(c) for c in self._mcols])
+        # the master columns an output pair carries: the projection (and the key first, to
+        # verify hashed keys); a take of a column the output drops is wasted
+        self._pair_idx = (
+            list(range(len(self._mcols))) if self._verify else [self._mcols.index(c) for c in dict.fromkeys(proj)]
+        )
+        self._pair_names = [self._mcols[i] for i in self._pair_idx]
         self._master_fixed = all(_fixed_width(f.type) for f in self._master_layout)
         # v_R of a fixed-width projection, as ssbj.core.rowsize measures it (0: measure rows)
         self._fixed_row_bytes = (
@@ -122,7 +128,8 @@ class SemiStreamJoin:
         self._use_cache = spec.algorithm == "ssbj"
         key_width = 8 if self._store_key or key_type.bit_width < 8 else key_type.bit_width // 8
         self._key_overhead = 8 if self._store_key else 8 - key_width
-        if spec.hybrid == "always" and not LP.supports_lookup(master):
+        self.lookup_ok = LP.supports_lookup(master)  # (a protocol isinstance check costs ~8 us a step)
+        if spec.hybrid == "always" and not self.lookup_ok:
             raise ConfigError("hybrid 'always' needs a master that can look rows up by key (MasterLookup)")
         # overrides the hybrid step's decision when set (tests: a random decision per step)
         self.hybrid_policy: Callable[[SemiStreamJoin], bool] | None = None
@@ -370,7 +377,10 @@ class SemiStreamJoin:
         if not pairs:
             return self.output_schema.empty_table()
         s_all = pa.concat_tables([s for s, _ in pairs]) if len(pairs) > 1 else pairs[0][0]
-        m_all = pa.concat_tables([m for _, m in pairs]) if len(pairs) > 1 else pairs[0][1]
+        # pairs of the cache and disk phases carry the pair layout, others all master columns
+        names = self._pair_names
+        ms = [m if m.column_names == names else m.select(names) for _, m in pairs]
+        m_all = pa.concat_tables(ms) if len(ms) > 1 else ms[0]
         arrays = list(s_all.columns) + [m_all.column(c) for c in self._proj]
         return pa.Table.from_arrays(arrays, schema=self.output_schema)
 

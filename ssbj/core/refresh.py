@@ -43,7 +43,10 @@ def refresh_pairs(
 
 
 def _fixed_view(a: pa.Array) -> np.ndarray | None:
-    """Rows of a null-free fixed-width array as a (n, width) uint8 view, or None."""
+    """Rows of a null-free fixed-width array as a 1-D view of width-byte items, or None.
+
+    (1-D items, not a (n, width) byte array: NumPy gathers rows of a 2-D byte array ~9x slower.)
+    """
     t = a.type
     if a.null_count or not (pa.types.is_fixed_size_binary(t) or pa.types.is_integer(t) or pa.types.is_temporal(t)):
         return None
@@ -51,8 +54,8 @@ def _fixed_view(a: pa.Array) -> np.ndarray | None:
     buf = a.buffers()[1]
     if buf is None:
         return None
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    return raw[a.offset * width : (a.offset + len(a)) * width].reshape(len(a), width)
+    raw = np.frombuffer(buf, dtype=np.dtype((np.void, width)), count=a.offset + len(a))
+    return raw[a.offset : a.offset + len(a)]
 
 
 def rows_equal(part: pa.Table, rows: np.ndarray, cached: list[pa.Array], old: np.ndarray) -> bool:

@@ -116,6 +116,14 @@ def _relayout_var(
         nstarts[s % ncap] = starts[s % cap]
 
 
+def _slots(a: np.ndarray) -> np.ndarray:
+    """One element per slot: a (cap, width) byte array as a 1-D view of width-byte items.
+
+    NumPy gathers and scatters 1-D items ~9x faster than rows of a 2-D byte array.
+    """
+    return a.view(np.dtype((np.void, a.shape[1]))).reshape(a.shape[0]) if a.ndim == 2 else a
+
+
 def _to_u8(buf: pa.Buffer | None) -> np.ndarray:
     return np.zeros(0, np.uint8) if buf is None else np.frombuffer(buf, dtype=np.uint8)
 
@@ -201,7 +209,7 @@ class RowRing:
             if c.kind in ("fixed", "bool"):
                 shape = (cap, c.width) if c.kind == "fixed" else (cap,)
                 nd = np.zeros(shape, dtype=np.uint8)
-                nd[new_pos] = c.data[old_pos]
+                _slots(nd)[new_pos] = _slots(c.data)[old_pos]
                 c.data = nd
             else:
                 dcap = max(64, self._live_var(c) + var_extra)
@@ -306,7 +314,7 @@ class RowRing:
                 if nulls:
                     validity = pa.py_buffer(np.packbits(v, bitorder="little"))
             if c.kind == "fixed":
-                buf = pa.py_buffer(np.ascontiguousarray(c.data[pos]))
+                buf = pa.py_buffer(_slots(c.data)[pos])
                 out[c.name] = pa.Array.from_buffers(c.type, n, [validity, buf], null_count=nulls)
             elif c.kind == "bool":
                 buf = pa.py_buffer(np.packbits(c.data[pos], bitorder="little"))

@@ -14,6 +14,8 @@ share, and grows on demand while the budget has room.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
@@ -102,13 +104,15 @@ class ValueStats:
         """Bytes of the table."""
         return self.table.nbytes + int(self.meta.nbytes)
 
-    def grow(self, max_bytes: int) -> None:
-        """Let the table grow (up to ``max_bytes``) when it is nearly full."""
+    def grow(self, max_bytes: int | Callable[[], int]) -> None:
+        """Let the table grow (up to ``max_bytes``, or what it returns: asked only then) when it is nearly full."""
         t = self.table
         t.size = self.size
         self.peak = max(self.peak, self.size)
         if self.size < 0.8 * self.meta[1] or self.meta[1] >= self.max_values:
             return
+        if callable(max_bytes):  # (the budget's room sums every structure's bytes: not every step)
+            max_bytes = max_bytes()
         want = capacity_for(2 * self.size + 64)
         per = KeyedTable.bytes_for(1, ST_FIELDS, 4)
         want = min(want, max(t.cap, max_bytes // per))
