@@ -73,6 +73,13 @@ class GroupState:
         """Pre-aggregated join results given as one array per slot (``n`` rows)."""
         if slots is None or n == 0:
             return []
+        return self._partial_table(self._evaluate(slots, n, None)[0])
+
+    def _evaluate(self, slots: list[pa.Array], n: int, plus: np.ndarray | None) -> tuple[pa.Table, np.ndarray | None]:
+        """Group keys and aggregate arguments of ``n`` join results, those the residual conditions keep.
+
+        With ``plus`` (per row: entering ΔQ, else leaving), also that flag of the rows kept.
+        """
         plan = self.plan
         resolve = plan.slot_resolver(slots)
         mask = None
@@ -83,22 +90,30 @@ class GroupState:
         for i, k in enumerate(plan.keys):
             cols[f"k{i}"] = to_array(evaluate(k, resolve, n), n).cast(self.key_types[i])
         cols["one"] = pa.array(np.ones(n, np.int64))
-        aggs: list[tuple[str, str]] = [("one", "sum")]
         for i, a in enumerate(plan.aggregates):
-            if a.arg is None:
-                continue
-            cols[f"a{i}"] = to_array(evaluate(a.arg, resolve, n), n)
-            aggs.append((f"a{i}", "count"))
-            if a.func != "count":
-                aggs.append((f"a{i}", "sum"))
+            if a.arg is not None:
+                cols[f"a{i}"] = to_array(evaluate(a.arg, resolve, n), n)
         table = pa.table(cols)
         if mask is not None:
             table = table.filter(mask)
+            if plus is not None:
+                plus = plus[np.asarray(mask)]
+        return table, plus
+
+    def _partial_table(self, table: pa.Table) -> list[tuple[tuple[Any, ...], list[Any]]]:
+        """Pre-aggregated rows of :meth:`_evaluate`: (key, [count, sum_1, nn_1, ...]) per group."""
+        plan = self.plan
         if table.num_rows == 0:
             return []
         key_names = [f"k{i}" for i in range(len(plan.keys))]
         if table.num_rows <= _SMALL and self._exact_args(table):
             return self._partial_small(table, key_names)
+        aggs: list[tuple[str, str]] = [("one", "sum")]
+        for i, a in enumerate(plan.aggregates):
+            if a.arg is not None:
+                aggs.append((f"a{i}", "count"))
+                if a.func != "count":
+                    aggs.append((f"a{i}", "sum"))
         grouped = table.group_by(key_names, use_threads=False).aggregate(aggs)
         out = []
         data = grouped.to_pydict()
@@ -162,10 +177,23 @@ class GroupState:
         return self._merge(self._partial(plus), self._partial(minus))
 
     def apply_slots(
-        self, plus: list[pa.Array] | None, n_plus: int, minus: list[pa.Array] | None, n_minus: int
+        self, slots: list[pa.Array] | None, plus: np.ndarray
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """As :meth:`apply`, with the join results as one array per slot."""
-        return self._merge(self._partial_slots(plus, n_plus), self._partial_slots(minus, n_minus))
+        """As :meth:`apply`, with the join results as one array per slot and ``plus`` flagging those entering ΔQ.
+
+        The keys and arguments are evaluated once for both signs (a batch's Arrow calls are a fixed cost).
+        """
+        if slots is None or len(plus) == 0:
+            return self._merge([], [])
+        table, kept = self._evaluate(slots, len(plus), plus)
+        assert kept is not None  # noqa: S101
+        if kept.all():
+            return self._merge(self._partial_table(table), [])
+        if not kept.any():
+            return self._merge([], self._partial_table(table))
+        return self._merge(
+            self._partial_table(table.filter(pa.array(kept))), self._partial_table(table.filter(pa.array(~kept)))
+        )
 
     def _merge(
         self, plus: list[tuple[tuple[Any, ...], list[Any]]], minus: list[tuple[tuple[Any, ...], list[Any]]]

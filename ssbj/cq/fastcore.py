@@ -316,8 +316,11 @@ class FastCore:
         rels: np.ndarray,
         rows: np.ndarray,
         stale: np.ndarray,
-    ) -> tuple[np.ndarray, list[pa.Array] | None, list[pa.Array] | None, int, int]:
-        """Apply changes (sorted: part ``rels[k]``, row ``rows[k]``); status per change, ΔQ plus/minus slot arrays."""
+    ) -> tuple[np.ndarray, list[pa.Array] | None, np.ndarray]:
+        """Apply changes (sorted: part ``rels[k]``, row ``rows[k]``).
+
+        Returns the status per change, ΔQ as one array per slot (None: empty) and per row whether it enters ΔQ.
+        """
         sizes = np.array([len(p["ins"]) for p in prepared], np.int64)
         offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
 
@@ -368,15 +371,7 @@ class FastCore:
             MAX_LOAD,
         )
         o_w, o_n, o_s, n_out = out
-        o_w, o_n, o_s = o_w[:n_out], o_n[:n_out], o_s[:n_out]
-        plus = o_s > 0
-        return (
-            status,
-            self._slots(o_w[plus], o_n[plus]) if plus.any() else None,
-            self._slots(o_w[~plus], o_n[~plus]) if (~plus).any() else None,
-            int(plus.sum()),
-            int((~plus).sum()),
-        )
+        return status, self._slots(o_w[:n_out], o_n[:n_out]) if n_out else None, o_s[:n_out] > 0
 
     def rel_id_of(self, relation: str) -> int:
         """Index of ``relation`` in the kernel's relation table."""

@@ -299,7 +299,8 @@ def apply_changes(
                     x = cnt[2]
                     cnt[2] += 1
                 d_slot[x] = 1
-                hs = h_find(hk, a, pk)
+                # a single alias holds presence itself: its empty slot is the one found above
+                hs = hp if ptag < 0 else h_find(hk, a, pk)
                 h_put(hk, d_hash, cnt, -(hs + 1), a, pk, x)
                 t_node[x] = a
                 t_pk[x] = pk
@@ -347,7 +348,7 @@ def apply_changes(
                 h_del(hk, d_hash, cnt, hp)
             for j in range(n_aliases[r]):
                 a = rel_nodes[r, 2 + j]
-                hs = h_find(hk, a, pk)
+                hs = hp if ptag < 0 else h_find(hk, a, pk)  # a single alias: the presence row itself
                 if hs < 0:
                     continue
                 x = hk[hs, vcol]
@@ -361,8 +362,7 @@ def apply_changes(
                     stack, out = _propagate(
                         x, -1, stack, hk, t_node, t_pk, t_fk, t_s, t_live, t_next, t_val, t_valn, d_slot, meta, out
                     )
-                # unlink from the child indexes, then free the slot
-                hs = h_find(hk, a, pk)  # the propagation moved no entry, but stay safe
+                # unlink from the child indexes, then free the slot (the propagation only reads the hash)
                 h_del(hk, d_hash, cnt, hs)
                 for i in range(node_nc[a]):
                     if t_fkn[x, i]:

@@ -218,14 +218,14 @@ class ContinuousQuery:
         fast = self.fast
         assert fast is not None  # noqa: S101
         prepared = [fast.prepare(name, table) for name, table in zip(names, raw, strict=True)]
-        status, plus, minus, n_plus, n_minus = fast.run(prepared, names, rels, rows, stale)
+        status, slots, plus = fast.run(prepared, names, rels, rows, stale)
         bad = np.flatnonzero(status)
         for k in bad.tolist():
             r = int(rels[k])
             dead.append(self._dead(names[r], raw[r], int(rows[k]), _REASONS[int(status[k])]))
         self.applied += len(status) - len(bad)
-        self.join_rows += n_plus + n_minus
-        return self.groups.apply_slots(plus, n_plus, minus, n_minus)
+        self.join_rows += len(plus)
+        return self.groups.apply_slots(slots, plus)
 
     def _apply_reference(
         self,
