@@ -6,9 +6,9 @@
 * an index from value to its group (start, length) with f_count (cache hits since the
   R-cycle in ``since``, saturating) for eviction, rebuilt whole at 75% load;
 * a separate set of *empty* entries (values cached with no master row) that holds only
-  the key, a saturating f_count and ``since``: most cached values of a long-tailed
-  stream are such values, so an empty entry is kept as small as a sorted-array element
-  (:mod:`ssbj.core.empties`, 10 bytes).
+  the key and a 2-bit hit count: most cached values of a long-tailed stream are such
+  values, so their keys are block-packed (:mod:`ssbj.core.empties`, ~2.5 bytes an entry
+  for integer keys at small budgets).
 
 A value is served by the cache from its switch-in until its eviction; every partition
 read by the disk phase refreshes the cached rows read from it (updates, inserts,
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from ssbj.core.empties import E_F, F_MAX_EMPTY, EmptySet, es_find
+from ssbj.core.empties import EmptySet, es_find, es_hit
 from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
@@ -43,8 +43,8 @@ def cache_probe(
     hk: np.ndarray,
     hused: np.ndarray,
     hpay: np.ndarray,
-    ek: np.ndarray,
-    epay: np.ndarray,
+    eblob: np.ndarray,
+    ecount: np.ndarray,
     keys: np.ndarray,
     valid: np.ndarray,
     row_bytes: np.ndarray,
@@ -100,12 +100,11 @@ def cache_probe(
                 nf += 1
                 i += 1
                 continue
-            j = es_find(ek, keys[i])
+            j = es_find(eblob, keys[i])
             if j >= 0:
                 emp[ne] = i
                 ne += 1
-                if epay[j, E_F] < F_MAX_EMPTY:
-                    epay[j, E_F] += 1
+                es_hit(ecount, j)
                 i += 1
                 continue
         if nm >= max_misses or (miss_used > 0 and miss_used + row_bytes[i] > miss_budget):
@@ -228,7 +227,7 @@ class Cache:
 
     def empty_cost(self) -> float:
         """Bytes of one empty entry."""
-        return self.empties.entry_bytes()
+        return float(self.empties.entry_bytes())
 
     def table(self) -> pa.Table:
         """Return the cached rows as a table (no copy)."""
@@ -384,13 +383,14 @@ class Cache:
         empty_keys: np.ndarray,
         empty_pay: np.ndarray,
         k: int,
+        empty_since: int = 0,
     ) -> None:
-        """Restore the state saved by a checkpoint."""
+        """Restore the state saved by a checkpoint (``empty_pay``: hit counts, or older (f_count, since) pairs)."""
         self.columns = [c.combine_chunks() for c in table.columns]
         self.src = np.asarray(src, dtype=np.int32)
         self._rows_gen += 1
         self.index.load(index_keys, index_pay, index_cap)
-        self.empties.load(empty_keys, empty_pay)
+        self.empties.load(empty_keys, empty_pay, empty_since)
         self.cnt_src = np.bincount(self.src, minlength=max(k, 1)).astype(np.int64)
 
     def key_array(self) -> np.ndarray:

@@ -90,7 +90,7 @@ def cache_empties(op: SemiStreamJoin, keys: np.ndarray, unmatched: list[pa.Table
 
     Their other tuples in H_S cannot match either: they finish now, unmatched.
     """
-    limit = B.empties_room(op, len(keys))
+    limit = B.empties_room(op, keys)
     keys = keys[:limit]
     if not len(keys):
         return
@@ -163,8 +163,7 @@ def drop_answered_empties(op: SemiStreamJoin) -> int:
     e = op.cache.empties
     if rf is None or not e.size:
         return 0
-    gone = e.keys[_filter_answers(e.keys, rf.bits, rf.mode, rf.base, rf.nbits, rf.oor)]
-    return e.drop(gone)
+    return e.drop_mask(_filter_answers(e.keys, rf.bits, rf.mode, rf.base, rf.nbits, rf.oor))
 
 
 def plan_filter(op: SemiStreamJoin) -> None:
