@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
 
 from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
+from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.empties import BLOCK, ENTRY_ESTIMATE, F_MAX_EMPTY, EmptySet, es_find, es_hit
 
 # wide keys (any int64, hashed keys look like these) and dense small ones, mixed
@@ -139,3 +140,43 @@ def test_r_filter_makes_empty_entries_redundant_and_they_are_dropped() -> None:
     assert op._c.extra.get("empties_cached", 0) > 0 and op._c.extra.get("empties_filtered", 0) > 0
     assert op.cache.empty_values == 0  # the bitmap answers every value without rows
     assert op._c.extra.get("filter_answered", 0) > 0
+
+
+def _drive(op: SemiStreamJoin, batches: list[pa.RecordBatch], out: Counter[Any], um: Counter[Any]) -> None:
+    for b in batches:
+        op.push(b)
+        r = op.step()
+        out += as_multiset(r.enriched)
+        um += as_multiset(r.unmatched)
+
+
+def test_checkpoints_restore_the_entries_packed_and_in_the_older_key_form(tmp_path: Any) -> None:
+    master = _table("mk", list(range(0, 40, 2)))  # odd keys have no rows
+    stream = _table("sk", [1, 1, 3, 3, 2, 5, 5, 7, 9, 9] * 40)
+    spec = JoinSpec("sk", "mk", ("mkv",), chunk_bytes=10 * 16, r_filter="off")
+    batches = stream.to_batches(max_chunksize=10)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 5), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    um: Counter[Any] = Counter()
+    _drive(op, batches[:25], out, um)
+    assert op.cache.empty_values > 0
+    store = DirectoryStore(tmp_path)
+    op.checkpoint(store, 1)
+    keys, hits = op.cache.empties.entries()
+    for older in (False, True):
+        if older:  # rewrite the state as the sorted-array format saved it: keys and (f_count, since) pairs
+            _, m = store.read_manifest(1)
+            arrays = store.read_arrays(m["state"])
+            del arrays["em_blob"], arrays["em_counts"]
+            arrays["em_keys"] = keys
+            arrays["em_pay"] = np.stack([hits, np.full(len(hits), 3, np.uint8)], axis=1)
+            store.write_arrays(m["state"], arrays)
+        r = SemiStreamJoin.restore(store, spec, ArrowMaster(master, 5), stream.schema, master.schema)
+        assert r.cache.empties.keys.tolist() == keys.tolist() and r.cache.empties.hits.tolist() == hits.tolist()
+        o2, u2 = out.copy(), um.copy()
+        _drive(r, batches[25:], o2, u2)
+        for res in r.drain():
+            o2 += as_multiset(res.enriched)
+            u2 += as_multiset(res.unmatched)
+        assert o2 == batch_join(stream, master, "sk", "mk", ["mkv"])
+        assert u2 == unmatched_reference(stream, master, "sk", "mk")
