@@ -30,7 +30,7 @@ from ssbj.bench.datagen import SyntheticStream, key_stats, synthetic_master
 from ssbj.bench.harness import Bench, Dataset, Json, RunConfig, _ratio
 from ssbj.core.bound import Overheads, key_distribution, memory_optimal_bound
 from ssbj.core.cache import INDEX_LOAD
-from ssbj.core.empties import EmptySet
+from ssbj.core.empties import ENTRY_ESTIMATE
 from ssbj.core.hashing import KeyedTable
 
 SAMPLE_ROWS = 1 << 22  # stream tuples the empirical key distribution is taken from
@@ -132,9 +132,9 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
         o_r=4.0,  # partition tag per cached row
         # H_R index entry: key, used, start, length, f_count, since at the index's load
         e_r=KeyedTable.bytes_for(1, 4, 4) / INDEX_LOAD,
-        # empty entry (key, f_count, since in a sorted array with a spare quarter), needed
-        # only for the values the R-filter passes
-        e_e=EmptySet.entry_bytes() * float(rf.get("fpr", 1.0)),
+        # empty entry (block-packed key and a 2-bit hit count, as measured at the run's
+        # end), needed only for the values the R-filter passes
+        e_e=float(s.get("empty_entry_bytes", ENTRY_ESTIMATE)) * float(rf.get("fpr", 1.0)),
         fixed=fixed,
     )
     structural = memory_optimal_bound(dist, budget, ds.v_s, ds.v_r, ov)

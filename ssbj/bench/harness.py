@@ -264,6 +264,8 @@ def _run(
         "memory_breakdown_mean": {k: v / n for k, v in acc.breakdown.items()},
         "chunk_bytes_final": last_chunk,
         "r_filter": _filter_info(op),
+        "empty_entries": op.cache.empties.size,
+        "empty_entry_bytes": op.cache.empties.entry_bytes(),
         "loadavg_1m": load0,
         "totals": {k: (float(v) if isinstance(v, float) else int(v)) for k, v in totals.items()},
         **({"steps": steps} if record_steps else {}),

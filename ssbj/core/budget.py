@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ssbj.core.empties import EmptySet, capacity_after
+import numpy as np
+
 from ssbj.core.hashing import MAX_LOAD, capacity_for
 from ssbj.core.hs import INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
@@ -180,23 +181,14 @@ def room(op: SemiStreamJoin) -> int:
     return budget - op.memory().total
 
 
-def empties_room(op: SemiStreamJoin, n: int) -> int:
-    """How many of ``n`` new empty entries fit in the budget (growth of the arrays included)."""
+def empties_room(op: SemiStreamJoin, keys: np.ndarray) -> int:
+    """How many of the sorted ``keys`` may become empty entries within the budget.
+
+    A batch writes the entries' arrays anew beside the old ones (:mod:`ssbj.core.empties`).
+    """
     if op.spec.memory_budget is None:
-        return n
-    free = room(op)
-    e = op.cache.empties
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        cap = capacity_after(e.size + mid, e.cap)
-        # a growth copies into new arrays: the old ones exist beside them until then
-        need = EmptySet.bytes_for(cap) if cap != e.cap else 0
-        if need <= free:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+        return len(keys)
+    return op.cache.empties.fit(keys, room(op))
 
 
 def stats_entry_bytes() -> float:

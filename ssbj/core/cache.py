@@ -6,9 +6,9 @@
 * an index from value to its group (start, length) with f_count (cache hits since the
   R-cycle in ``since``, saturating) for eviction, rebuilt whole at 75% load;
 * a separate set of *empty* entries (values cached with no master row) that holds only
-  the key, a saturating f_count and ``since``: most cached values of a long-tailed
-  stream are such values, so an empty entry is kept as small as a sorted-array element
-  (:mod:`ssbj.core.empties`, 10 bytes).
+  the key and a 2-bit hit count: most cached values of a long-tailed stream are such
+  values, so their keys are block-packed (:mod:`ssbj.core.empties`, ~2.5 bytes an entry
+  for integer keys at small budgets).
 
 A value is served by the cache from its switch-in until its eviction; every partition
 read by the disk phase refreshes the cached rows read from it (updates, inserts,
@@ -124,7 +124,7 @@ class Cache:
 
     def empty_cost(self) -> float:
         """Bytes of one empty entry."""
-        return self.empties.entry_bytes()
+        return float(self.empties.entry_bytes())
 
     def table(self) -> pa.Table:
         """Return the cached rows as a table (no copy)."""
@@ -280,13 +280,14 @@ class Cache:
         empty_keys: np.ndarray,
         empty_pay: np.ndarray,
         k: int,
+        empty_since: int = 0,
     ) -> None:
-        """Restore the state saved by a checkpoint."""
+        """Restore the state saved by a checkpoint (``empty_pay``: hit counts, or older (f_count, since) pairs)."""
         self.columns = [c.combine_chunks() for c in table.columns]
         self.src = np.asarray(src, dtype=np.int32)
         self._rows_gen += 1
         self.index.load(index_keys, index_pay, index_cap)
-        self.empties.load(empty_keys, empty_pay)
+        self.empties.load(empty_keys, empty_pay, empty_since)
         self.cnt_src = np.bincount(self.src, minlength=max(k, 1)).astype(np.int64)
 
     def key_array(self) -> np.ndarray:

@@ -15,7 +15,7 @@ from numba import njit
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import take_rows
 from ssbj.core.cache import F_MAX_ROWS, HR_F
-from ssbj.core.empties import E_F, F_MAX_EMPTY, es_find
+from ssbj.core.empties import es_find, es_hit
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import hs_insert
 from ssbj.core.interest import interest_test
@@ -35,8 +35,8 @@ def cache_probe(
     hk: np.ndarray,
     hused: np.ndarray,
     hpay: np.ndarray,
-    ek: np.ndarray,
-    epay: np.ndarray,
+    eblob: np.ndarray,
+    ecount: np.ndarray,
     ibits: np.ndarray,
     keys: np.ndarray,
     valid: np.ndarray,
@@ -118,12 +118,11 @@ def cache_probe(
                 nf += 1
                 i += 1
                 continue
-            j = es_find(ek, key) if maybe else -1
+            j = es_find(eblob, key) if maybe else -1
             if j >= 0:
                 emp[ne] = i
                 ne += 1
-                if epay[j, E_F] < F_MAX_EMPTY:
-                    epay[j, E_F] += 1
+                es_hit(ecount, j)
                 i += 1
                 continue
         if nm >= max_misses or (miss_used > 0 and miss_used + row_bytes[i] > miss_budget):
@@ -171,8 +170,8 @@ def cache_phase(
             cache.index.keys,
             cache.index.used,
             cache.index.payload,
-            cache.empties.keys,
-            cache.empties.payload,
+            cache.empties.blob,
+            cache.empties.counts,
             op.interest.bits,
             buf.keys.values,
             buf.keys.valid,

@@ -387,7 +387,7 @@ def disk_phase(
         refresh,
         cache.index.keys,
         cache.index.used,
-        cache.empties.keys,
+        cache.empties.blob,
         op.interest.bits,
     )
     op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)

@@ -268,10 +268,14 @@ def hs_expire(
             ix_delete(hix, ring_key, cap, hi, i)
             gone += 1
         elif find_empties and not matched and g > s:
+            # count the younger tuples only until the inequality holds: a full count per
+            # expiring tuple is quadratic in a hot value's chain (seconds a step when all of R fits)
             c = 0
             t = g
             while t > s:
                 c += 1
+                if empty_cost < switch_factor * c * tuple_cost:
+                    break
                 d = int(link[t % cap] & DELTA)
                 if d == 0:
                     break

@@ -320,15 +320,21 @@ class SemiStreamJoin:
             SW.plan_filter(self)
             if self._rc > 1:
                 self.stats.gc(self._rc)
+            # the budget holds all of R (Theorem 3): admit at two tuples, track as many
+            # values as R has (within the statistics' budget share), evict nothing
+            resident = SW.holds_all_of_r(self)
+            if resident:
+                self.stats.max_values = max(self.stats.max_values, int(self._scan_last[0]))
             self.stats.set_admission(
                 self.tuple_cost(),
                 self.row_cost(),
                 self.entry_cost(),
                 self.spec.switch_factor,
                 self.spec.count_overheads,
+                resident=resident,
             )
             evicted = np.zeros(0, np.int64)
-            if self._rc % self.spec.eviction_interval == 0:
+            if self._rc % self.spec.eviction_interval == 0 and not resident:
                 evicted, n_empty = self.cache.evict(
                     self.row_cost(),
                     self.entry_cost(),

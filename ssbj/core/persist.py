@@ -77,7 +77,6 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
     live = np.arange(hs.lo, hs.hi, dtype=np.int64) % max(hs.cap, 1)
     flags = hs.link[live]
     ix_k, ix_p = op.cache.index.entries()
-    em_k, em_p = op.cache.empties.entries()
     st_k, st_p = op.stats.entries()
     rf = op.rfilter
     state_name = f"state-{checkpoint_id}.npz"
@@ -88,8 +87,9 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "removed": np.packbits((flags & REMOVED) != 0),
             "ix_keys": ix_k,
             "ix_pay": ix_p,
-            "em_keys": em_k,
-            "em_pay": em_p,
+            # the empty entries' packed arrays as they are (older checkpoints: em_keys, em_pay)
+            "em_blob": op.cache.empties.blob,
+            "em_counts": op.cache.empties.counts,
             "st_keys": st_k,
             "st_pay": st_p,
             "interest_bits": op.interest.bits,
@@ -118,6 +118,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "hr": hr_name,
         "hr_version": op.cache.version,
         "ix_cap": op.cache.index.cap,
+        "em_since": op.cache.empties.since,
         "st_cap": op.stats.table.cap,
         "st_max": op.stats.max_values,
         "st_peak": op.stats.peak,
@@ -186,10 +187,12 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         arrays["ix_keys"],
         arrays["ix_pay"],
         m["ix_cap"],
-        arrays["em_keys"],
-        arrays["em_pay"],
+        arrays["em_keys"] if "em_keys" in arrays else np.zeros(0, np.int64),
+        arrays["em_pay"] if "em_pay" in arrays else np.zeros(0, np.uint8),
         op._k,
     )
+    if "em_blob" in arrays:
+        op.cache.empties.load_packed(arrays["em_blob"], arrays["em_counts"], int(m.get("em_since", 0)))
     op.cache.version = m["hr_version"]
     if len(_row_keys(op.cache.index.keys, op.cache.index.used, op.cache.index.payload, op.cache.rows)) != op.cache.rows:
         raise CheckpointError("H_R rows and index of the checkpoint disagree")

@@ -71,7 +71,13 @@ class ValueStats:
         self._set_limit()
 
     def set_admission(
-        self, tuple_cost: float, row_cost: float, entry_cost: float, switch_factor: float, count_overheads: bool = True
+        self,
+        tuple_cost: float,
+        row_cost: float,
+        entry_cost: float,
+        switch_factor: float,
+        count_overheads: bool = True,
+        resident: bool = False,
     ) -> int:
         """Set (and return) the tuples a value needs in H_S to become a candidate.
 
@@ -84,7 +90,13 @@ class ValueStats:
         holds the few values that can switch instead of filling with the first arrivals.
         Without ``count_overheads`` (the paper's inequality on row bytes alone) the
         candidate's bytes are not counted either: a value with one row needs two tuples.
+        With ``resident`` (the budget holds all of R, :func:`ssbj.core.switching.holds_all_of_r`)
+        the candidates' bytes compete with nothing that would pay more: two tuples, as in
+        Algorithm 1.
         """
+        if resident:
+            self.meta[2] = 2
+            return 2
         own = candidate_bytes() if count_overheads else 0.0
         need = (switch_factor * (row_cost + entry_cost) + own) / max(tuple_cost, 1.0)
         n = max(2, int(np.ceil(ADMIT_FACTOR * need)))

@@ -85,12 +85,32 @@ def rebuild_hr(op: SemiStreamJoin, evicted: np.ndarray, switching: np.ndarray) -
     op._sb_bytes = 0
 
 
+RESIDENT_HS_SHARE = 0.10  # H_S must keep at least this share of the budget for R to count as held
+
+
+def holds_all_of_r(op: SemiStreamJoin) -> bool:
+    """Whether the budget holds every master row of the last complete R-cycle in H_R (Theorem 3).
+
+    Every row with its partition tag and (at most) one index entry, beside the disk buffer
+    and a tenth of the budget for H_S. Then SSBJ is a main-memory hash join: a value kept
+    out of the cache frees nothing that would pay more, so candidates are admitted at two
+    tuples (:meth:`ssbj.core.stats.ValueStats.set_admission`), as many as R has rows are
+    tracked (within the statistics' budget share), and nothing is evicted.
+    """
+    budget = op.spec.memory_budget
+    rows = int(op._scan_last[0])
+    if budget is None or rows == 0 or not op._use_cache:
+        return False
+    need = rows * (op.row_cost() + op.entry_cost()) + max(op._disk_buffer_peak, op._disk_buffer_bytes)
+    return need <= (1.0 - RESIDENT_HS_SHARE) * budget
+
+
 def cache_empties(op: SemiStreamJoin, keys: np.ndarray, unmatched: list[pa.Table]) -> None:
     """Values found to have no master rows enter the cache as empty entries.
 
     Their other tuples in H_S cannot match either: they finish now, unmatched.
     """
-    limit = B.empties_room(op, len(keys))
+    limit = B.empties_room(op, keys)
     keys = keys[:limit]
     if not len(keys):
         return
@@ -163,8 +183,7 @@ def drop_answered_empties(op: SemiStreamJoin) -> int:
     e = op.cache.empties
     if rf is None or not e.size:
         return 0
-    gone = e.keys[_filter_answers(e.keys, rf.bits, rf.mode, rf.base, rf.nbits, rf.oor)]
-    return e.drop(gone)
+    return e.drop_mask(_filter_answers(e.keys, rf.bits, rf.mode, rf.base, rf.nbits, rf.oor))
 
 
 def plan_filter(op: SemiStreamJoin) -> None:

@@ -12,6 +12,7 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for
 from ssbj.core.hs import ST_FIELDS
 from ssbj.core.stats import ValueStats, candidate_bytes
+from ssbj.core.switching import holds_all_of_r
 
 
 def test_admission_is_break_even_of_a_one_row_value_times_the_factor() -> None:
@@ -78,3 +79,27 @@ def test_admission_and_peak_survive_a_checkpoint(tmp_path: Any) -> None:
     master = pa.table({"mk": pa.array([1, 2, 3, 4, 5, 6], pa.int64()), "mval": pa.array(range(6), pa.int64())})
     r = SemiStreamJoin.restore(store, op.spec, ArrowMaster(master, 2), _stream([]).schema, master.schema)
     assert r.stats.peak == 123 and r.stats.meta[2] == op.stats.meta[2]
+
+
+def test_admission_is_two_tuples_when_the_budget_holds_all_of_r() -> None:
+    st = ValueStats()
+    assert st.set_admission(44.0, 40.0, 42.0, 1.0, resident=True) == 2 and st.meta[2] == 2
+
+
+def _resident_after_one_r_cycle(budget: int) -> bool:
+    master = pa.table({"mk": pa.array(range(200), pa.int64()), "mval": pa.array(range(200), pa.int64())})
+    stream = _stream([i % 7 for i in range(400)])
+    spec = JoinSpec("sk", "mk", ("mval",), chunk_bytes=40 * 16, memory_budget=budget)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 50), stream.schema, master.schema)
+    assert not holds_all_of_r(op)  # R not scanned yet: unknown
+    for b in stream.to_batches(max_chunksize=40):
+        op.push(b)
+        op.step()
+    assert op.r_cycle >= 2
+    return holds_all_of_r(op)
+
+
+def test_holds_all_of_r_compares_r_with_the_budget() -> None:
+    # 200 rows x (v_R 8 B + tag 4 + entry ~33 B) ~ 9 kB, a 50-row disk buffer, H_S's tenth
+    assert _resident_after_one_r_cycle(1 << 20)
+    assert not _resident_after_one_r_cycle(6_000)
