@@ -67,6 +67,7 @@ from ssbj.retry import RetryPolicy, with_retries
 __all__ = [
     "ARROW_SCHEMA",
     "KAFKA_SCHEMA",
+    "RANGES_SCHEMA",
     "KafkaDataSource",
     "KafkaRange",
     "KafkaSourceError",
@@ -97,6 +98,17 @@ ARROW_SCHEMA = pa.schema(
         ("timestamp", pa.timestamp("us", tz="UTC")),
     ]
 )
+
+RANGES_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("start", LongType()),
+        StructField("end", LongType()),
+    ]
+)
+"""Rows of ``emit=ranges``: a micro-batch's offset ranges, one row per partition, for readers that fetch the
+records themselves (:func:`read_range`, e.g. the shards of ``join.exchange: read``)."""
 
 Offsets = dict[str, int]
 T = TypeVar("T")
@@ -155,6 +167,7 @@ class KafkaSourceOptions:
     retry_backoff_ms: int = 200
     retry_backoff_max_ms: int = 10_000
     client_settings: tuple[tuple[str, str], ...] = ()
+    emit: str = "records"
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -173,6 +186,8 @@ class KafkaSourceOptions:
         - ``retries`` (5), ``retryBackoffMs`` (200), ``retryBackoffMaxMs`` (10000): a failed
           broker call is retried up to ``retries`` times, waiting ``retryBackoffMs`` doubled each
           time up to ``retryBackoffMaxMs``, then :class:`KafkaSourceError` is raised.
+        - ``emit``: ``records`` (default) | ``ranges``: one row per partition with the micro-batch's
+          offset range ``[start, end)`` instead of its records (:data:`RANGES_SCHEMA`).
         - ``kafka.<name>``: passed to the confluent-kafka client as ``<name>`` (security
           settings, ``client.id``, fetch sizes...). Values of names containing password,
           secret, sasl, token or key are never logged.
@@ -192,6 +207,9 @@ class KafkaSourceOptions:
         end_offsets = opts.get("endoffsets", "consume").strip().lower()
         if end_offsets not in ("consume", "watermark"):
             raise ConfigError(f"option endOffsets must be consume or watermark, got {end_offsets!r}")
+        emit = opts.get("emit", "records").strip().lower()
+        if emit not in ("records", "ranges"):
+            raise ConfigError(f"option emit must be records or ranges, got {emit!r}")
         settings = tuple(
             sorted(
                 (k[len("kafka.") :], v)
@@ -211,6 +229,7 @@ class KafkaSourceOptions:
             retry_backoff_ms=cast(int, _int_option(opts, "retryBackoffMs", 200, 0)),
             retry_backoff_max_ms=cast(int, _int_option(opts, "retryBackoffMaxMs", 10_000, 0)),
             client_settings=settings,
+            emit=emit,
         )
 
     def describe(self) -> str:
@@ -548,8 +567,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Read one :class:`KafkaRange` (on an executor) as Arrow record batches."""
-        return read_range(self.options, cast(KafkaRange, partition))
+        """Read one :class:`KafkaRange` (on an executor) as Arrow record batches (``emit=ranges``: the range)."""
+        rng = cast(KafkaRange, partition)
+        if self.options.emit == "ranges":
+            return iter([(rng.topic, rng.partition, rng.start, rng.end)])
+        return read_range(self.options, rng)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not in a consumer group."""
@@ -713,11 +735,14 @@ class KafkaDataSource(DataSource):
         return "ssbj_kafka"
 
     def schema(self) -> StructType:
-        """Return the fixed schema: the columns of Spark's native kafka source."""
-        return KAFKA_SCHEMA
+        """Return the fixed schema: the columns of Spark's native kafka source (``emit=ranges``: the ranges')."""
+        ranges = str(self.options.get("emit", "records")).strip().lower() == "ranges"
+        return RANGES_SCHEMA if ranges else KAFKA_SCHEMA
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         """Streaming reader; options are validated here."""
-        if [f.name for f in schema.fields] != KAFKA_SCHEMA.fieldNames():
-            raise ConfigError(f"ssbj_kafka has a fixed schema: {KAFKA_SCHEMA.simpleString()}")
-        return KafkaStreamReader(KafkaSourceOptions.from_options(self.options))
+        options = KafkaSourceOptions.from_options(self.options)
+        fixed = RANGES_SCHEMA if options.emit == "ranges" else KAFKA_SCHEMA
+        if [f.name for f in schema.fields] != fixed.fieldNames():
+            raise ConfigError(f"ssbj_kafka has a fixed schema: {fixed.simpleString()}")
+        return KafkaStreamReader(options)
