@@ -119,7 +119,7 @@ def located_tasks(spark: Any, items: list[tuple[int, str | None]]) -> Any:
     with location preferences (strings as ``TaskLocation`` parses them) does, reached through
     the JVM gateway, and a JVM RDD of strings is read by Python workers as UTF-8 text.
     """
-    from pyspark.rdd import RDD
+    from pyspark import RDD
     from pyspark.serializers import UTF8Deserializer
 
     sc = spark.sparkContext
@@ -133,4 +133,4 @@ def located_tasks(spark: Any, items: list[tuple[int, str | None]]) -> Any:
         pairs.add(jvm.scala.Tuple2(str(value), conv.asScala(locs).toSeq()))
     tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("java.lang.String"))
     jrdd = sc._jsc.sc().makeRDD(conv.asScala(pairs).toSeq(), tag)
-    return RDD(jrdd.toJavaRDD(), sc, UTF8Deserializer())
+    return RDD(jrdd.toJavaRDD(), sc, UTF8Deserializer())  # type: ignore[no-untyped-call]
