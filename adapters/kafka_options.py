@@ -51,6 +51,17 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+RANGES_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("start", LongType()),
+        StructField("end", LongType()),
+    ]
+)
+"""Rows of ``emit=ranges``: a micro-batch's offset ranges, one row per partition, for readers that fetch the
+records themselves (:func:`ssbj.adapters.kafka_read.read_range`, e.g. the shards of ``join.exchange: read``)."""
+
 T = TypeVar("T")
 
 _SENSITIVE = ("password", "secret", "sasl", "token", "key")
@@ -107,6 +118,7 @@ class KafkaSourceOptions:
     retry_backoff_ms: int = 200
     retry_backoff_max_ms: int = 10_000
     client_settings: tuple[tuple[str, str], ...] = ()
+    emit: str = "records"
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -125,6 +137,8 @@ class KafkaSourceOptions:
         - ``retries`` (5), ``retryBackoffMs`` (200), ``retryBackoffMaxMs`` (10000): a failed
           broker call is retried up to ``retries`` times, waiting ``retryBackoffMs`` doubled each
           time up to ``retryBackoffMaxMs``, then :class:`KafkaSourceError` is raised.
+        - ``emit``: ``records`` (default) | ``ranges``: one row per partition with the micro-batch's
+          offset range ``[start, end)`` instead of its records (:data:`RANGES_SCHEMA`).
         - ``kafka.<name>``: passed to the confluent-kafka client as ``<name>`` (security
           settings, ``client.id``, fetch sizes...). Values of names containing password,
           secret, sasl, token or key are never logged.
@@ -144,6 +158,9 @@ class KafkaSourceOptions:
         end_offsets = opts.get("endoffsets", "consume").strip().lower()
         if end_offsets not in ("consume", "watermark"):
             raise ConfigError(f"option endOffsets must be consume or watermark, got {end_offsets!r}")
+        emit = opts.get("emit", "records").strip().lower()
+        if emit not in ("records", "ranges"):
+            raise ConfigError(f"option emit must be records or ranges, got {emit!r}")
         settings = tuple(
             sorted(
                 (k[len("kafka.") :], v)
@@ -163,6 +180,7 @@ class KafkaSourceOptions:
             retry_backoff_ms=cast(int, _int_option(opts, "retryBackoffMs", 200, 0)),
             retry_backoff_max_ms=cast(int, _int_option(opts, "retryBackoffMaxMs", 10_000, 0)),
             client_settings=settings,
+            emit=emit,
         )
 
     def describe(self) -> str:

@@ -55,6 +55,7 @@ from ssbj.adapters.kafka_options import (
     BATCH_ROWS,
     KAFKA_SCHEMA,
     POLL_SLICE_S,
+    RANGES_SCHEMA,
     BrokerTrouble,
     KafkaSourceError,
     KafkaSourceOptions,
@@ -68,6 +69,7 @@ from ssbj.errors import ConfigError
 __all__ = [
     "ARROW_SCHEMA",
     "KAFKA_SCHEMA",
+    "RANGES_SCHEMA",
     "KafkaDataSource",
     "KafkaRange",
     "KafkaSourceError",
@@ -169,8 +171,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Read one :class:`KafkaRange` (on an executor) as Arrow record batches."""
-        return read_range(self.options, cast(KafkaRange, partition))
+        """Read one :class:`KafkaRange` (on an executor) as Arrow record batches (``emit=ranges``: the range)."""
+        rng = cast(KafkaRange, partition)
+        if self.options.emit == "ranges":
+            return iter([(rng.topic, rng.partition, rng.start, rng.end)])
+        return read_range(self.options, rng)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not in a consumer group."""
@@ -334,11 +339,14 @@ class KafkaDataSource(DataSource):
         return "ssbj_kafka"
 
     def schema(self) -> StructType:
-        """Return the fixed schema: the columns of Spark's native kafka source."""
-        return KAFKA_SCHEMA
+        """Return the fixed schema: the columns of Spark's native kafka source (``emit=ranges``: the ranges')."""
+        ranges = str(self.options.get("emit", "records")).strip().lower() == "ranges"
+        return RANGES_SCHEMA if ranges else KAFKA_SCHEMA
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         """Streaming reader; options are validated here."""
-        if [f.name for f in schema.fields] != KAFKA_SCHEMA.fieldNames():
-            raise ConfigError(f"ssbj_kafka has a fixed schema: {KAFKA_SCHEMA.simpleString()}")
-        return KafkaStreamReader(KafkaSourceOptions.from_options(self.options))
+        options = KafkaSourceOptions.from_options(self.options)
+        fixed = RANGES_SCHEMA if options.emit == "ranges" else KAFKA_SCHEMA
+        if [f.name for f in schema.fields] != fixed.fieldNames():
+            raise ConfigError(f"ssbj_kafka has a fixed schema: {fixed.simpleString()}")
+        return KafkaStreamReader(options)

@@ -158,6 +158,13 @@ class Join(_Model):
         description="join key -> shard: range (integer key that is the master's page column), mod (integer key), "
         "hash (any key; every shard then reads all of R); auto picks in that order",
     )
+    exchange: Literal["shuffle", "read"] = Field(
+        "shuffle",
+        description="how a micro-batch reaches the shards (placement: executors): shuffle (source tasks decode "
+        "and route, Spark's shuffle moves each shard's rows to its task) or read (each shard's task reads the "
+        "batch's Kafka offset ranges itself and keeps its share, on the executor that holds its state; "
+        "python Kafka reader only)",
+    )
 
 
 class EnrichmentJobBase(_Model):
@@ -206,6 +213,12 @@ class JobConfig(EnrichmentJobBase):
             raise ValueError(
                 f"join.stream_key {self.join.stream_key!r} is not a column of schema ({', '.join(self.schema_)})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _exchange(self) -> JobConfig:
+        if self.join.exchange == "read" and (self.source.kind != "kafka" or self.source.reader != "python"):
+            raise ValueError("join.exchange: read needs a Kafka source with reader: python")
         return self
 
     @model_validator(mode="after")

@@ -56,6 +56,7 @@ def test_valid_file_gives_typed_settings() -> None:
         ({"sink": {"kind": "database", "url": "sqlite:///w.db"}}, "sink.database.table: Field required"),
         ({"schema": {"k": "int64", "ssbj_batch_id": "int64"}}, "reserved prefix ssbj_"),
         ({"surprise": 1}, "surprise: Extra inputs are not permitted"),
+        ({"join": {"stream_key": "k", "exchange": "read"}}, "join.exchange: read needs a Kafka source"),
     ],
 )
 def test_errors_name_the_field_and_the_allowed_values(change: dict[str, Any], expected: str) -> None:

@@ -82,6 +82,7 @@ SUMMARY_SCHEMA = pa.schema(
         pa.field("stage1_read", pa.float64()),
         pa.field("stage1_decode", pa.float64()),
         pa.field("stage1_started", pa.float64()),
+        pa.field("executor", pa.string()),  # the task's executor as a Spark task location (None: unknown)
     ]
 )
 """What a shard's task returns to the driver: one row per shard."""
@@ -97,6 +98,7 @@ class ExecutorJob:
     master_url: SecretStr
     sink_url: SecretStr | None = None
     dead_letter_url: SecretStr | None = None
+    source_options: SecretStr | None = None  # join.exchange read: the Kafka reader's options as JSON
     _memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # per process
 
     @property

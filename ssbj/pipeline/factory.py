@@ -195,3 +195,18 @@ def check_kafka_source(src: KafkaSource, label: str = "source") -> str:
         raise ConfigError(f"{label}.topic {src.topic!r} does not exist at {src.display()}")
     parts = len(md.topics[src.topic].partitions)
     return f"{label}: Kafka topic {src.topic} at {src.display()} ({parts} partitions, reader {src.reader})"
+
+
+def kafka_reader_options(src: KafkaSource) -> dict[str, str]:
+    """Return the Kafka reader's options (secrets resolved: never log them)."""
+    opts = {
+        "kafka.bootstrap.servers": kafka_bootstrap(src),
+        "subscribe": src.topic,
+        "startingOffsets": src.starting_offsets,
+    }
+    if src.max_offsets_per_trigger:
+        opts["maxOffsetsPerTrigger"] = str(src.max_offsets_per_trigger)
+    for k, v in kafka_client_options(src).items():  # client settings: kafka.<setting>
+        opts[k if k.startswith("kafka.") else f"kafka.{k}"] = v
+    opts.update(src.reader_options)  # the reader's own options, as they are
+    return opts

@@ -10,13 +10,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ssbj.config import AnyJobConfig, FileSource, KafkaSource, MultiWayJobConfig
+from ssbj.config import AnyJobConfig, FileSource, JobConfig, KafkaSource, MultiWayJobConfig
 from ssbj.config_cq import CqJobConfig
 from ssbj.contracts import RunCounts
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.credentials import kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, ServiceError
 from ssbj.pipeline import factory
 from ssbj.pipeline.audit import Warehouse
@@ -84,6 +83,8 @@ def source_frame(spark: Any, cfg: AnyJobConfig) -> Any:
             cols += [f"`{c}`" if c in f.columns else f"CAST(NULL AS {t}) AS `{c}`" for c, t in _RAW_COLUMNS.items()]
             frames.append(f.selectExpr(*cols))
         return frames[0].unionByName(frames[1])
+    if isinstance(cfg, JobConfig) and cfg.join.placement == "executors" and cfg.join.exchange == "read":
+        return kafka_reader(spark, cast(KafkaSource, cfg.source), ranges=True)  # the shards read the records
     return _one_source(spark, cfg.source)
 
 
@@ -110,8 +111,8 @@ def files_reader(spark: Any, path: str, max_files: int, glob: str | None, field:
     return reader.load(path)
 
 
-def kafka_reader(spark: Any, src: KafkaSource) -> Any:
-    """Return the stream of a Kafka topic's records (value, topic, partition, offset, ...)."""
+def kafka_reader(spark: Any, src: KafkaSource, ranges: bool = False) -> Any:
+    """Return the stream of a Kafka topic's records (value, topic, partition, offset, ...); or its offset ranges."""
     if src.reader == "python":
         from ssbj.adapters.kafka_source import KafkaDataSource  # optional extra: imports pyspark
 
@@ -119,18 +120,11 @@ def kafka_reader(spark: Any, src: KafkaSource) -> Any:
         fmt = KafkaDataSource.name()
     else:
         fmt = "kafka"
-    reader = (
-        spark.readStream.format(fmt)
-        .option("kafka.bootstrap.servers", kafka_bootstrap(src))
-        .option("subscribe", src.topic)
-        .option("startingOffsets", src.starting_offsets)
-    )
-    if src.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
-    for k, v in kafka_client_options(src).items():  # client settings: kafka.<setting>
-        reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", v)
-    for k, v in src.reader_options.items():  # the reader's own options, as they are
+    reader = spark.readStream.format(fmt)
+    for k, v in factory.kafka_reader_options(src).items():
         reader = reader.option(k, v)
+    if ranges:
+        reader = reader.option("emit", "ranges")
     return reader.load()
 
 

@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-from ssbj.config import DatabaseSink, JobConfig
+from pydantic import SecretStr
+
+from ssbj.config import DatabaseSink, JobConfig, KafkaSource
 from ssbj.contracts import DEAD_LETTER_SCHEMA, MAX_SHARDS, RunCounts, shard_segment
 from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin
@@ -40,6 +42,7 @@ from ssbj.pipeline.executors import (
     stored_position,
 )
 from ssbj.pipeline.shardplan import load_or_create
+from ssbj.pipeline.shardread import located_tasks, read_shards
 from ssbj.planning import join_spec
 
 log = logging.getLogger("ssbj.progress")
@@ -99,6 +102,7 @@ class ShardedRun:
         self._position = (-1, 0)
         self._waiting = 0
         self._last_end = time.time()
+        self._where: dict[int, str] = {}  # shard -> the executor its operator is resident in (exchange: read)
 
     # ------------------------------------------------------------------ state
     def open(self) -> None:
@@ -116,6 +120,7 @@ class ShardedRun:
             database_url(cfg.master),
             database_url(cfg.sink) if isinstance(cfg.sink, DatabaseSink) else None,
             database_url(cfg.dead_letter) if isinstance(cfg.dead_letter, DatabaseSink) else None,
+            _reader_options(cfg),
         )
         self._prepare_sinks()
         for s in range(plan.shards):
@@ -185,8 +190,23 @@ class ShardedRun:
             out = shuffled.mapInArrow(
                 partial(run_shards, job, batch_id, drain_after), from_arrow_schema(SUMMARY_SCHEMA)
             )
+        return self._collected(out, batch_id)
+
+    def _read_stage(self, ranges: list[Any], batch_id: int, drain_after: int | None) -> list[dict[str, Any]]:
+        """One task per shard, on the executor its state is resident in: each reads ``ranges`` and runs its shard."""
+        job = self._job()
+        items = [(s, self._where.get(s)) for s in range(job.shards)]
+        with shard_worker_pool(self.spark):
+            tasks = located_tasks(self.spark, items).mapPartitions(
+                partial(read_shards, job, batch_id, drain_after, ranges)
+            )
+            tasks._jrdd  # noqa: B018 - the Python function (and the pool's environment) is made here
+        return self._collected(tasks, batch_id)
+
+    def _collected(self, tasks: Any, batch_id: int) -> list[dict[str, Any]]:
+        job = self._job()
         try:
-            rows = [r.asDict() for r in out.collect()]
+            rows = [r if isinstance(r, dict) else r.asDict() for r in tasks.collect()]
         except Exception as exc:
             if any(m in str(exc) for m in EXECUTOR_LOSS):
                 raise TransientError(
@@ -197,6 +217,9 @@ class ShardedRun:
         got = sorted(r["shard"] for r in rows)
         if got != list(range(job.shards)):
             raise RuntimeError(f"batch {batch_id}: shards {got} reported, expected 0..{job.shards - 1}")
+        for r in rows:
+            if r.get("executor"):
+                self._where[int(r["shard"])] = str(r["executor"])
         return rows
 
     def _beats(self) -> Any:
@@ -212,6 +235,10 @@ class ShardedRun:
         with self.lock:
             job = self._job()
             t0 = time.perf_counter()
+            if self.cfg.join.exchange == "read":  # the frame holds the batch's offset ranges: the shards read
+                ranges = sorted((str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in df.collect())
+                rows = self._read_stage(ranges, batch_id, None)
+                return self._summarise("batch", batch_id, 0, rows, time.perf_counter() - t0)
             routed = df.mapInArrow(partial(decode_route, job), from_arrow_schema(WIRE_SCHEMA))
             rows = self._stage2(routed.unionByName(self._beats()), batch_id, None)
             return self._summarise("batch", batch_id, 0, rows, time.perf_counter() - t0)
@@ -226,7 +253,10 @@ class ShardedRun:
             t0 = time.perf_counter()
             for attempt in range(1, DRAIN_ATTEMPTS + 1):
                 try:  # a drain is idempotent per shard: a shard that drained has nothing left to wait for
-                    rows = self._stage2(self._beats(), last, last)
+                    if self.cfg.join.exchange == "read":
+                        rows = self._read_stage([], last, last)
+                    else:
+                        rows = self._stage2(self._beats(), last, last)
                     break
                 except TransientError:
                     if attempt == DRAIN_ATTEMPTS:
@@ -335,6 +365,13 @@ class ShardedRun:
             extra=fields(**{k: v for k, v in progress.items() if k != "per_shard"}),
         )
         return progress
+
+
+def _reader_options(cfg: JobConfig) -> SecretStr | None:
+    """Return the Kafka reader's options for shards that read the records themselves (secrets: a SecretStr)."""
+    if cfg.join.exchange != "read" or not isinstance(cfg.source, KafkaSource):
+        return None
+    return SecretStr(json.dumps(factory.kafka_reader_options(cfg.source)))
 
 
 def _weighted(seen: list[dict[str, Any]], key: str, weight: str) -> float:

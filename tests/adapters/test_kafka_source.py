@@ -20,6 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from ssbj.adapters.kafka_source import (
     KAFKA_SCHEMA,
+    RANGES_SCHEMA,
     KafkaDataSource,
     KafkaRange,
     KafkaSourceError,
@@ -168,6 +169,36 @@ def test_replaying_a_range_gives_the_same_rows(kafka_broker: TansuBroker) -> Non
         assert [r["offset"] for r in part] == [2, 3, 4, 5, 6]
     finally:
         reader.stop()
+
+
+def test_ranges_mode_emits_each_partitions_range_and_reading_it_gives_the_records(kafka_broker: TansuBroker) -> None:
+    topic = _topic("ranges")
+    kafka_broker.create_topic(topic, 2)
+    kafka_broker.produce(topic, _json_values(0, 500))
+    records = _reader(kafka_broker.bootstrap, topic)
+    source = KafkaDataSource({"kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": topic, "emit": "ranges"})
+    assert source.schema() == RANGES_SCHEMA
+    with pytest.raises(ConfigError, match="fixed schema"):
+        source.streamReader(KAFKA_SCHEMA)
+    ranges = source.streamReader(RANGES_SCHEMA)
+    assert isinstance(ranges, KafkaStreamReader)
+    try:
+        start = ranges.initialOffset()
+        end = ranges.latestOffset(start, ReadAllAvailable())
+        emitted = [row for rng in ranges.partitions(start, end) for row in ranges.read(rng)]
+        assert emitted == [(topic, int(p), start[p], end[p]) for p in sorted(end, key=int) if end[p] > start[p]]
+        again = [
+            r
+            for t, p, s, e in emitted
+            for b in read_range(records.options, KafkaRange(t, p, s, e))
+            for r in b.to_pylist()
+        ]
+        assert again == _read_all(records, start, end) and len(again) == 500
+    finally:
+        ranges.stop()
+        records.stop()
+    with pytest.raises(ConfigError, match="emit"):
+        KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "emit": "offsets"})
 
 
 def test_tansu_watermark_is_short_but_consume_finds_the_end(kafka_broker: TansuBroker) -> None:

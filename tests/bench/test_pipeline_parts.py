@@ -185,15 +185,24 @@ def test_timeline_records_a_progress_record_back_to_back() -> None:
 
 # ---------------------------------------------------------------------- registry, options, report
 def test_registry_has_one_module_per_method() -> None:
-    assert registry.METHODS == ("ssbj", "ssbj_exec", "meshjoin", "lookup_lru", "lookup_lru_in", "spark_static")
+    assert registry.METHODS == (
+        "ssbj",
+        "ssbj_exec",
+        "ssbj_exec_read",
+        "meshjoin",
+        "lookup_lru",
+        "lookup_lru_in",
+        "spark_static",
+    )
     for name in registry.METHODS:
         m = registry.method(name)
         assert m.name == name and m.label
         assert m.supports_shards(1) is None
-    # P > 1 is the executor placement, a module of its own: each driver-side method refuses it with a reason
-    driver_side = [n for n in registry.METHODS if n != "ssbj_exec"]
+    # P > 1 is the executor placement, modules of their own: each driver-side method refuses it with a reason
+    executors = ("ssbj_exec", "ssbj_exec_read")
+    driver_side = [n for n in registry.METHODS if n not in executors]
     assert all(registry.method(n).supports_shards(2) for n in driver_side)
-    assert registry.method("ssbj_exec").supports_shards(4) is None
+    assert all(registry.method(n).supports_shards(4) is None for n in executors)
 
 
 def test_every_pipeline_bench_module_stays_small() -> None:

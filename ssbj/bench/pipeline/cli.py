@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ssbj.bench.pipeline.harness import Harness, MethodResult, Unsupported
@@ -123,35 +123,48 @@ def _variant(budget: str, shards: int) -> str:
     return f"mem-{budget.replace('%', 'pct')}-p{shards}"
 
 
-def _run_methods(h: Harness, names: list[str], repeats: int) -> tuple[dict[str, Json], dict[str, str], dict[str, str]]:
-    """Every method ``repeats`` times, rounds interleaved; the fastest run of each, its failures and skips."""
-    runs: dict[str, list[MethodResult]] = {}
-    errors: dict[str, str] = {}
-    skipped: dict[str, str] = {}
-    for rnd in range(repeats):
-        for m in names:
-            if m in errors or m in skipped:
-                continue
-            log.info("running %s (round %d of %d, memory %s, P = %d)", m, rnd + 1, repeats, h.memory, h.shards)
-            try:
-                r = method(m).run(h)
-            except Unsupported as exc:
-                skipped[m] = str(exc)
-                continue
-            except Exception as exc:  # record and go on: one broken method must not hide the others
-                log.exception("%s failed", m)
-                errors[m] = f"round {rnd + 1}: {type(exc).__name__}: {exc}"
-                continue
-            runs.setdefault(m, []).append(r)
-            log.info(
-                "%s: %d tuples in %.1f s = %.0f tuples/s; rows read %d; correct %s",
-                m,
-                r.tuples,
-                r.wall_seconds,
-                r.tuples_per_second,
-                r.db["rows_read"],
-                r.correctness.get("ok"),
-            )
+@dataclass
+class _Rounds:
+    """One variant's runs so far: every run per method, failures and skips."""
+
+    runs: dict[str, list[MethodResult]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _run_round(h: Harness, names: list[str], rnd: int, repeats: int, acc: _Rounds) -> None:
+    """Every method once (round ``rnd``) into ``acc``."""
+    t0 = time.perf_counter()
+    for m in names:
+        if m in acc.errors or m in acc.skipped:
+            continue
+        log.info("running %s (round %d of %d, memory %s, P = %d)", m, rnd + 1, repeats, h.memory, h.shards)
+        try:
+            r = method(m).run(h)
+        except Unsupported as exc:
+            acc.skipped[m] = str(exc)
+            continue
+        except Exception as exc:  # record and go on: one broken method must not hide the others
+            log.exception("%s failed", m)
+            acc.errors[m] = f"round {rnd + 1}: {type(exc).__name__}: {exc}"
+            continue
+        acc.runs.setdefault(m, []).append(r)
+        log.info(
+            "%s: %d tuples in %.1f s = %.0f tuples/s; rows read %d; correct %s",
+            m,
+            r.tuples,
+            r.wall_seconds,
+            r.tuples_per_second,
+            r.db["rows_read"],
+            r.correctness.get("ok"),
+        )
+    acc.seconds += time.perf_counter() - t0
+
+
+def _best(acc: _Rounds) -> dict[str, Json]:
+    """Return the fastest run of each method (the least disturbed on a noisy machine) and every run's figures."""
+    runs = acc.runs
     results: dict[str, Json] = {}
     for m, rs in runs.items():
         best = min(rs, key=lambda r: r.wall_seconds)  # the least disturbed run on a noisy machine
@@ -169,7 +182,7 @@ def _run_methods(h: Harness, names: list[str], repeats: int) -> tuple[dict[str, 
         ]
         d["correctness"]["all_repeats_ok"] = all(r.correctness.get("ok") for r in rs)
         results[m] = d
-    return results, errors, skipped
+    return results
 
 
 def run(args: argparse.Namespace) -> list[tuple[str, Json]]:
@@ -193,34 +206,40 @@ def run(args: argparse.Namespace) -> list[tuple[str, Json]]:
     cmd = command(args)
     try:
         h.start()
-        for budget in scale.budgets():
-            for shards in args.shards:
+        variants = [(budget, shards) for budget in scale.budgets() for shards in args.shards]
+        rounds = {v: _Rounds() for v in variants}
+        names = [m for m in METHODS if m in args.methods]
+        for rnd in range(args.repeats):  # rounds interleaved across variants too: P = 1 and P = 2 meet alike loads
+            for budget, shards in variants:
                 h.memory, h.shards = budget, shards
-                t_variant = time.perf_counter()
-                results, errors, skipped = _run_methods(h, [m for m in METHODS if m in args.methods], args.repeats)
-                doc: Json = {
-                    "command": cmd,
-                    "started": started,
-                    "total_seconds": time.perf_counter() - t_variant,
-                    "scale_name": args.scale,
-                    "case": case.name,
-                    "shards": shards,
-                    "repeats": args.repeats,
-                    "loadavg_at_start": load_start,
-                    "spark_master": args.spark_master,
-                    "scale": {**asdict(scale), "memory": budget, "memory_bytes": h.memory_bytes()},
-                    "topic": {"name": h.topic, "partitions": TOPIC_PARTITIONS},
-                    "master_row_bytes": h.data.master_row_bytes,
-                    "expected": h.data.expected,
-                    "hot_keys": h.data.hot_keys,
-                    "setup": h.setup,
-                    "mariadb_settings": h.db.settings,
-                    "results": results,
-                    "errors": errors,
-                    "skipped": skipped,
-                    "ratios": ratios(results),
-                }
-                docs.append((_variant(budget, shards), doc))
+                _run_round(h, names, rnd, args.repeats, rounds[(budget, shards)])
+        for budget, shards in variants:
+            acc = rounds[(budget, shards)]
+            h.memory, h.shards = budget, shards
+            results, errors, skipped = _best(acc), acc.errors, acc.skipped
+            doc: Json = {
+                "command": cmd,
+                "started": started,
+                "total_seconds": acc.seconds,
+                "scale_name": args.scale,
+                "case": case.name,
+                "shards": shards,
+                "repeats": args.repeats,
+                "loadavg_at_start": load_start,
+                "spark_master": args.spark_master,
+                "scale": {**asdict(scale), "memory": budget, "memory_bytes": h.memory_bytes()},
+                "topic": {"name": h.topic, "partitions": TOPIC_PARTITIONS},
+                "master_row_bytes": h.data.master_row_bytes,
+                "expected": h.data.expected,
+                "hot_keys": h.data.hot_keys,
+                "setup": h.setup,
+                "mariadb_settings": h.db.settings,
+                "results": results,
+                "errors": errors,
+                "skipped": skipped,
+                "ratios": ratios(results),
+            }
+            docs.append((_variant(budget, shards), doc))
     finally:
         h.stop()
         if args.keep_workdir:

@@ -191,6 +191,10 @@ class Harness:
         cfg["join"].update({"placement": "executors", "shards": int(self.spark.sparkContext.defaultParallelism)})
         cfg["checkpoint"] = str(self.workdir / "ck-warmup-exec")
         EnrichmentJob(parse_config(cfg, "warm-up executors"), spark=self.spark).run()
+        self.drop("wh_warmup", "wh_warmup_dead")  # and the shards reading Kafka themselves (ssbj_exec_read)
+        cfg["join"]["exchange"] = "read"
+        cfg["checkpoint"] = str(self.workdir / "ck-warmup-exec-read")
+        EnrichmentJob(parse_config(cfg, "warm-up executors, read"), spark=self.spark).run()
         self.drop("wh_warmup", "wh_warmup_dead", "customer_warm")
 
     def stop(self) -> None:

@@ -19,14 +19,16 @@ from ssbj.config import parse_config
 from ssbj.contracts import shard_segment
 from ssbj.pipeline.job import EnrichmentJob
 
-PHASES = ("input", "restore", "decode", "join", "write", "checkpoint")
+PHASES = ("input", "restore", "read", "decode", "join", "write", "checkpoint")
 
 
 class ExecutorMethod:
-    """The ssbj job, sharded in the executors."""
+    """The ssbj job, sharded in the executors; ``exchange`` is the job's ``join.exchange``."""
 
-    name = "ssbj_exec"
-    label = "SSBJ in the executors (P shards)"
+    def __init__(self, name: str, label: str, exchange: str) -> None:
+        self.name = name
+        self.label = label
+        self.exchange = exchange
 
     def supports_shards(self, shards: int) -> str | None:
         """Any P."""
@@ -34,7 +36,7 @@ class ExecutorMethod:
 
     def run(self, h: Harness) -> MethodResult:
         """Run the job over the whole topic into a fresh warehouse table."""
-        table = "wh_ssbj_exec"
+        table = f"wh_{self.name}"
         h.fresh(table, f"{table}_dead")
         res = MethodResult(self.name, self.label)
         st = h.staleness()
@@ -65,7 +67,7 @@ class ExecutorMethod:
                 st.maybe_update(h.db, int(p["totals"]["records_in"]), int(p["batch_id"]))
 
         doc = h.job_config("ssbj", table)
-        doc["join"].update({"placement": "executors", "shards": h.shards})
+        doc["join"].update({"placement": "executors", "shards": h.shards, "exchange": self.exchange})
         cfg = parse_config(doc, "bench ssbj_exec")
         before = h.counters.snapshot()
         with h.rss() as rss:
@@ -114,10 +116,11 @@ class ExecutorMethod:
             "shards": h.shards,
             "resident_share": sum(residency) / len(residency) if residency else None,
             "worker_pids": sorted({int(s["pid"]) for p in progress for s in p["per_shard"]}),
+            "exchange": self.exchange,
         }
         res.correctness = h.check(table, res.tuples, dead_table=f"{table}_dead")
         res.staleness = h.stale_report(table, st, None)
         return res
 
 
-METHOD = ExecutorMethod()
+METHOD = ExecutorMethod("ssbj_exec", "SSBJ in the executors (P shards, shuffle exchange)", "shuffle")

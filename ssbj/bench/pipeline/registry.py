@@ -9,6 +9,7 @@ from ssbj.bench.pipeline.harness import Method
 MODULES = {
     "ssbj": "m_ssbj",
     "ssbj_exec": "m_ssbj_exec",
+    "ssbj_exec_read": "m_ssbj_exec_read",
     "meshjoin": "m_meshjoin",
     "lookup_lru": "m_lookup_lru",
     "lookup_lru_in": "m_lookup_lru_in",
