@@ -113,17 +113,31 @@ def adapt(op: SemiStreamJoin) -> None:
     op._values_share = values_per_tuple(op)
     avail = budget - fixed_bytes(op)
     per = per_tuple_bytes(op)
-    w = max(1, int(avail / ((k + 1 if cushion_ahead(op) else k) * per)))
+    w = max(1, int((avail - cushion_bytes(op, avail)) / (k * per)))
     if op.spec.min_chunk_bytes > 1 and op._vs_avg > 0:
         w = max(w, int(op.spec.min_chunk_bytes / op._vs_avg))
     op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
-    chunks = k + 1 if cushion_ahead(op) else k
-    op._plan = Plan(w, chunks * w, avail, per)
-    _set_ring(op, chunks * w, w, per)
+    op._plan = Plan(w, k * w, avail, per)
+    _set_ring(op, k * w, w, per)
+
+
+def cushion_bytes(op: SemiStreamJoin, avail: float) -> float:
+    """Bytes H_S leaves free this R-cycle for a structure that may appear at the next R-cycle start.
+
+    One chunk's worth (``avail / (k + 1)``), or, ahead of an R-filter rebuild, the active
+    filter's bytes if more: the rebuilt filter is built beside it, and at small budgets it
+    is larger than a chunk (60 kB budget, k = 36: a chunk ~1.3 kB, the filter ~2.5 kB).
+    """
+    if not cushion_ahead(op):
+        return 0.0
+    chunk = avail / (max(op._k, 1) + 1)
+    active = op.rfilter.active
+    rebuild = active.bits.nbytes if active is not None and op._rc + 1 > 3 else 0
+    return float(max(chunk, rebuild))
 
 
 def cushion_ahead(op: SemiStreamJoin) -> bool:
-    """Whether the ring keeps one chunk spare this R-cycle: a structure may appear at the next R-cycle start.
+    """Whether H_S keeps bytes spare this R-cycle (:func:`cushion_bytes`): a structure may appear at the next R-cycle start.
 
     The ring cannot shrink under its live span ((k - 1) chunks of this R-cycle's w) when
     the next R-cycle starts, so a structure that appears then (the first disk buffer and
@@ -217,7 +231,7 @@ def breakdown(op: SemiStreamJoin) -> dict[str, float]:
     live = hs.live
     hs_total = hs.nbytes()
     index = int(hs.hix.nbytes)
-    keys_links = live * (op._key_overhead + 4)  # beyond the row's own key bytes: link, key copy
+    keys_links = live * (op._key_overhead + hs.link_bytes)  # beyond the row's own key bytes: link, key copy
     rows = hs.row_bytes  # the live tuples' raw projected rows (v_S each)
     mem = op.memory()
     out = {

@@ -164,7 +164,7 @@ def calibrate_lookup(
 
 
 # Bytes the operator's structures add to the raw rows (see ssbj.core.hs and ssbj.core.budget):
-HS_TUPLE_OVERHEAD = 8 + 4 + 5 / 0.75  # per waiting tuple: encoded key, link, worst-case index share
+HS_TUPLE_OVERHEAD = 8 + 3 + 4 / 0.75  # per waiting tuple: encoded key, link, worst-case index share
 DISK_ROW_OVERHEAD = 9  # per row of the disk buffer: encoded key and validity
 QUEUE_RECORD = 32  # per chunk record of Q
 PIECE_SHARE = 0.04  # of the budget: one piece of a partition read in pieces (piece_rows)
