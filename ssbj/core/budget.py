@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ssbj.core.empties import EmptySet, capacity_after
-from ssbj.core.hashing import MAX_LOAD, capacity_for
-from ssbj.core.hs import INDEX_SLOT
+from ssbj.core.hashing import capacity_for
+from ssbj.core.hs import INDEX_LOAD, INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
 from ssbj.core.stats import candidate_bytes
 
@@ -70,7 +70,7 @@ def per_tuple_bytes(op: SemiStreamJoin) -> float:
     """Bytes of H_S per slot: fixed columns, var bytes, key and link, the planned index share."""
     hs = op.hs
     var = hs.rows.var_bytes / hs.live if hs.live else max(0.0, op._vs_avg - hs.rows.slot_bytes() + 8)
-    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / MAX_LOAD
+    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / INDEX_LOAD
 
 
 def fixed_bytes(op: SemiStreamJoin) -> int:
@@ -137,12 +137,12 @@ def cushion_bytes(op: SemiStreamJoin, avail: float) -> float:
 
 
 def cushion_ahead(op: SemiStreamJoin) -> bool:
-    """Whether H_S keeps bytes spare this R-cycle (:func:`cushion_bytes`): a structure may appear at the next R-cycle start.
+    """Whether H_S keeps bytes spare this R-cycle (:func:`cushion_bytes`).
 
     The ring cannot shrink under its live span ((k - 1) chunks of this R-cycle's w) when
     the next R-cycle starts, so a structure that appears then (the first disk buffer and
     s_B in the warm-up, an R-filter (re)built at R-cycle 3 and every eviction R-cycle) must
-    find its bytes in the ring this R-cycle already. Otherwise at most k chunks are live.
+    find its bytes left free this R-cycle already.
     """
     nxt = op._rc + 1
     if not op._use_cache:
@@ -155,27 +155,27 @@ def cushion_ahead(op: SemiStreamJoin) -> bool:
 def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
     hs = op.hs
     slots = max(slots, hs.span + w, 1)
-    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / MAX_LOAD)
+    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / INDEX_LOAD)
     if slots != hs.cap:
         hs.set_capacity(slots, int(var_per * w))
     hs.fit_index(min(hs.values + w, slots))
     limit = index_limit(op)
     if hs.hix.shape[0] > limit:  # planned for fewer values per tuple than it was sized for
-        hs.rebuild_index(max(limit, capacity_for(hs.values, MAX_LOAD)))
+        hs.rebuild_index(max(limit, capacity_for(hs.values, INDEX_LOAD)))
 
 
 def index_limit(op: SemiStreamJoin) -> int:
     """Most slots the value index of H_S may have (its planned share of the ring's slots)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return int(op.hs.cap * op._values_share / MAX_LOAD) + 2
+    return int(op.hs.cap * op._values_share / INDEX_LOAD) + 2
 
 
 def index_room(op: SemiStreamJoin) -> int:
     """Return how many new values the index takes before it outgrows :func:`index_limit` (each new tuple may be one)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return max(int(index_limit(op) * MAX_LOAD) - op.hs.values, 0)
+    return max(int(index_limit(op) * INDEX_LOAD) - op.hs.values, 0)
 
 
 def stats_limit(op: SemiStreamJoin) -> int:

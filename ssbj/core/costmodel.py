@@ -205,8 +205,9 @@ def plan_memory(
 
     For each candidate b, Eq. 1 with the structures' real sizes gives the largest w_S
     that fits: the disk buffer holds b rows of ``v_R`` plus their encoded keys, H_S's
-    ring holds k chunks of w_S tuples (a chunk enters in the cache phase, the oldest leaves
-    after the disk phase: at most k are live, :mod:`ssbj.core.budget`) of ``v_S + v_P`` bytes, Q one record per chunk, and a reserve is kept for the value
+    ring holds k chunks of w_S tuples (a chunk enters in the cache phase, the oldest
+    leaves after the disk phase: at most k are live, :mod:`ssbj.core.budget`) of
+    ``v_S + v_P`` bytes, Q one record per chunk, and a reserve is kept for the value
     statistics and per-step temporaries. Eq. 2 gives the cost of the iteration, Eq. 3
     the service rate; ``cache_share`` is the expected share of tuples the cache phase
     serves (0 for MESHJOIN), so w = w_S / (1 - share). ``prefetch`` partitions read ahead

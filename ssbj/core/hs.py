@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
+from ssbj.core.hashing import TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
 from ssbj.core.interest import interest_set
 from ssbj.core.keys import decode_keys
 from ssbj.core.queue import Queue
@@ -38,6 +38,9 @@ SMALL = 1 << SLOT_BITS
 RES = np.int64(SMALL - 1)
 EMPTY = np.uint32(0xFFFFFFFF)  # never a word: tags stop at 254, large-ring residues at 2**32 - 2
 INDEX_SLOT = 4  # bytes per index word
+# most load of the value index (0.75 for the other tables): a miss reads a few more 4-byte
+# words (linear probing), and an index word is ~8% of a waiting tuple's bytes
+INDEX_LOAD = 0.8
 
 # Fields of the value-statistics payload (see ssbj.core.stats).
 ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
@@ -86,7 +89,7 @@ def lk_get(link: np.ndarray, p: int) -> int:  # pragma: no cover - compiled
 
 @njit(cache=True, inline="always")
 def lk_flags(link: np.ndarray, p: int) -> int:  # pragma: no cover - compiled
-    """Flags (:data:`MATCHED`, :data:`REMOVED`) of position ``p``."""
+    """Return the flags (:data:`MATCHED`, :data:`REMOVED`) of position ``p``."""
     v, b = _lk_raw(link, p)
     return v >> (b - 2)
 
@@ -513,7 +516,7 @@ class StreamTable:
     def reserve_values(self, n_new: int, max_cap: int = 1 << 62) -> None:
         """Room in the index for ``n_new`` more values below the maximum load (at most ``max_cap`` slots)."""
         need = self.values + n_new
-        if need > self.hix.shape[0] * MAX_LOAD:
+        if need > self.hix.shape[0] * INDEX_LOAD:
             cap = min(capacity_for(need), max_cap)
             self.rebuild_index(max(cap, need + 1))
 
@@ -526,7 +529,7 @@ class StreamTable:
     def rebuild_index(self, cap: int) -> None:
         """Rebuild the index at ``cap`` slots."""
         heads = hs_heads(self.hix, self.hi, self.cap)
-        cap = max(cap, capacity_for(len(heads), MAX_LOAD))
+        cap = max(cap, capacity_for(len(heads), INDEX_LOAD))
         self.hix = np.full(cap, EMPTY, dtype=np.uint32)
         ix_rebuild(self.hix, heads, self.ring_key, self.cap)
 
