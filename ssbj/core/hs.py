@@ -38,9 +38,9 @@ SMALL = 1 << SLOT_BITS
 RES = np.int64(SMALL - 1)
 EMPTY = np.uint32(0xFFFFFFFF)  # never a word: tags stop at 254, large-ring residues at 2**32 - 2
 INDEX_SLOT = 4  # bytes per index word
-# most load of the value index (0.75 for the other tables): a miss reads a few more 4-byte
-# words (linear probing), and an index word is ~8% of a waiting tuple's bytes
-INDEX_LOAD = 0.8
+# most load of the value index, as the other tables: at 0.8 MESHJOIN holds 0.6% more tuples
+# at 1% of R but a probe (mostly misses) costs 6-13% more CPU (bench/results/bound/hsmem.md)
+INDEX_LOAD = 0.75
 
 # Fields of the value-statistics payload (see ssbj.core.stats).
 ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
