@@ -73,11 +73,11 @@ def _lk_raw(link: np.ndarray, p: int) -> tuple[int, int]:  # pragma: no cover - 
     b = np.int64(link[link.shape[0] - 1])
     bit = p * b
     i = bit >> 3
-    sh = bit & 7
-    v = np.int64(0)
-    for j in range((sh + b + 7) >> 3):
-        v |= np.int64(link[i + j]) << (8 * j)
-    return (v >> sh) & ((np.int64(1) << b) - 1), b
+    # always 8 bytes (the array's spare bytes keep them in bounds): one load once compiled
+    v = np.uint64(0)
+    for j in range(8):
+        v |= np.uint64(link[i + j]) << np.uint64(8 * j)
+    return np.int64((v >> np.uint64(bit & 7)) & np.uint64((np.int64(1) << b) - 1)), b
 
 
 @njit(cache=True, inline="always")
