@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ssbj.core.hashing import MAX_LOAD, capacity_for
-from ssbj.core.hs import INDEX_SLOT
+from ssbj.core.hashing import capacity_for
+from ssbj.core.hs import INDEX_LOAD, INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
 from ssbj.core.stats import candidate_bytes
 
@@ -71,7 +71,7 @@ def per_tuple_bytes(op: SemiStreamJoin) -> float:
     """Bytes of H_S per slot: fixed columns, var bytes, key and link, the planned index share."""
     hs = op.hs
     var = hs.rows.var_bytes / hs.live if hs.live else max(0.0, op._vs_avg - hs.rows.slot_bytes() + 8)
-    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / MAX_LOAD
+    return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / INDEX_LOAD
 
 
 def fixed_bytes(op: SemiStreamJoin) -> int:
@@ -114,22 +114,36 @@ def adapt(op: SemiStreamJoin) -> None:
     op._values_share = values_per_tuple(op)
     avail = budget - fixed_bytes(op)
     per = per_tuple_bytes(op)
-    w = max(1, int(avail / ((k + 1 if cushion_ahead(op) else k) * per)))
+    w = max(1, int((avail - cushion_bytes(op, avail)) / (k * per)))
     if op.spec.min_chunk_bytes > 1 and op._vs_avg > 0:
         w = max(w, int(op.spec.min_chunk_bytes / op._vs_avg))
     op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
-    chunks = k + 1 if cushion_ahead(op) else k
-    op._plan = Plan(w, chunks * w, avail, per)
-    _set_ring(op, chunks * w, w, per)
+    op._plan = Plan(w, k * w, avail, per)
+    _set_ring(op, k * w, w, per)
+
+
+def cushion_bytes(op: SemiStreamJoin, avail: float) -> float:
+    """Bytes H_S leaves free this R-cycle for a structure that may appear at the next R-cycle start.
+
+    One chunk's worth (``avail / (k + 1)``), or, ahead of an R-filter rebuild, the active
+    filter's bytes if more: the rebuilt filter is built beside it, and at small budgets it
+    is larger than a chunk (60 kB budget, k = 36: a chunk ~1.3 kB, the filter ~2.5 kB).
+    """
+    if not cushion_ahead(op):
+        return 0.0
+    chunk = avail / (max(op._k, 1) + 1)
+    active = op.rfilter.active
+    rebuild = active.bits.nbytes if active is not None and op._rc + 1 > 3 else 0
+    return float(max(chunk, rebuild))
 
 
 def cushion_ahead(op: SemiStreamJoin) -> bool:
-    """Whether the ring keeps one chunk spare this R-cycle: a structure may appear at the next R-cycle start.
+    """Whether H_S keeps bytes spare this R-cycle (:func:`cushion_bytes`).
 
     The ring cannot shrink under its live span ((k - 1) chunks of this R-cycle's w) when
     the next R-cycle starts, so a structure that appears then (the first disk buffer and
     s_B in the warm-up, an R-filter (re)built at R-cycle 3 and every eviction R-cycle) must
-    find its bytes in the ring this R-cycle already. Otherwise at most k chunks are live.
+    find its bytes left free this R-cycle already.
     """
     nxt = op._rc + 1
     if not op._use_cache:
@@ -142,27 +156,27 @@ def cushion_ahead(op: SemiStreamJoin) -> bool:
 def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
     hs = op.hs
     slots = max(slots, hs.span + w, 1)
-    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / MAX_LOAD)
+    var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / INDEX_LOAD)
     if slots != hs.cap:
         hs.set_capacity(slots, int(var_per * w))
     hs.fit_index(min(hs.values + w, slots))
     limit = index_limit(op)
     if hs.hix.shape[0] > limit:  # planned for fewer values per tuple than it was sized for
-        hs.rebuild_index(max(limit, capacity_for(hs.values, MAX_LOAD)))
+        hs.rebuild_index(max(limit, capacity_for(hs.values, INDEX_LOAD)))
 
 
 def index_limit(op: SemiStreamJoin) -> int:
     """Most slots the value index of H_S may have (its planned share of the ring's slots)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return int(op.hs.cap * op._values_share / MAX_LOAD) + 2
+    return int(op.hs.cap * op._values_share / INDEX_LOAD) + 2
 
 
 def index_room(op: SemiStreamJoin) -> int:
     """Return how many new values the index takes before it outgrows :func:`index_limit` (each new tuple may be one)."""
     if op.spec.memory_budget is None:
         return 1 << 62
-    return max(int(index_limit(op) * MAX_LOAD) - op.hs.values, 0)
+    return max(int(index_limit(op) * INDEX_LOAD) - op.hs.values, 0)
 
 
 def stats_limit(op: SemiStreamJoin) -> int:
@@ -209,7 +223,7 @@ def breakdown(op: SemiStreamJoin) -> dict[str, float]:
     live = hs.live
     hs_total = hs.nbytes()
     index = int(hs.hix.nbytes)
-    keys_links = live * (op._key_overhead + 4)  # beyond the row's own key bytes: link, key copy
+    keys_links = live * (op._key_overhead + hs.link_bytes)  # beyond the row's own key bytes: link, key copy
     rows = hs.row_bytes  # the live tuples' raw projected rows (v_S each)
     mem = op.memory()
     out = {

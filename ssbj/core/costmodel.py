@@ -164,14 +164,14 @@ def calibrate_lookup(
 
 
 # Bytes the operator's structures add to the raw rows (see ssbj.core.hs and ssbj.core.budget):
-HS_TUPLE_OVERHEAD = 8 + 4 + 5 / 0.75  # per waiting tuple: encoded key, link, worst-case index share
+HS_TUPLE_OVERHEAD = 8 + 3 + 4 / 0.75  # per waiting tuple: encoded key, link, worst-case index share
 DISK_ROW_OVERHEAD = 9  # per row of the disk buffer: encoded key and validity
 QUEUE_RECORD = 32  # per chunk record of Q
 PIECE_SHARE = 0.04  # of the budget: one piece of a partition read in pieces (piece_rows)
 MIN_PIECE_ROWS = 1024
-# with pieces b costs no memory, but H_S's ring holds k + 1 chunks for k waiting: at least
-# this k keeps the extra chunk <= 3% of H_S (a noisy calibration chose k = 5: 17%, and
-# MESHJOIN held 0.58 of M / v_S against 0.74 at k = 36)
+# with pieces b costs no memory, only time: at least this k (a noisy calibration chose
+# k = 5, when the ring still held k + 1 chunks, and MESHJOIN held 0.58 of M / v_S against
+# 0.74 at k = 36; the spare chunk is now kept only ahead of a new structure, ssbj.core.budget)
 MIN_PIECED_K = 32
 RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
 
@@ -205,8 +205,9 @@ def plan_memory(
 
     For each candidate b, Eq. 1 with the structures' real sizes gives the largest w_S
     that fits: the disk buffer holds b rows of ``v_R`` plus their encoded keys, H_S's
-    ring holds k + 1 chunks of w_S tuples (k wait, one enters before the oldest leaves)
-    of ``v_S + v_P`` bytes, Q one record per chunk, and a reserve is kept for the value
+    ring holds k chunks of w_S tuples (a chunk enters in the cache phase, the oldest
+    leaves after the disk phase: at most k are live, :mod:`ssbj.core.budget`) of
+    ``v_S + v_P`` bytes, Q one record per chunk, and a reserve is kept for the value
     statistics and per-step temporaries. Eq. 2 gives the cost of the iteration, Eq. 3
     the service rate; ``cache_share`` is the expected share of tuples the cache phase
     serves (0 for MESHJOIN), so w = w_S / (1 - share). ``prefetch`` partitions read ahead
@@ -236,7 +237,7 @@ def plan_memory(
             left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
             if left <= 0:
                 continue
-            w_s = int(left / ((k + 1) * (v_p + f * v_s)))
+            w_s = int(left / (k * (v_p + f * v_s)))
             if w_s < 1:
                 continue
             w = w_s / max(1e-6, 1.0 - cache_share)

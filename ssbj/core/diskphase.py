@@ -27,7 +27,7 @@ from numba import njit
 from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
-from ssbj.core.hs import DELTA, MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
+from ssbj.core.hs import MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find, lk_flag, lk_get
 from ssbj.core.interest import interest_test
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
@@ -82,12 +82,13 @@ def disk_probe(
 
     ``ibits`` (:mod:`ssbj.core.interest`) tells which rows need the statistics, H_R and
     empty-entry lookups at all. The output arrays start small and double: their size is
-    the step's transient memory.
+    the step's transient memory. A pair is two int32: the master row in the piece and the
+    slot's offset from ``lo`` (below the ring's size), half the bytes of two int64.
     """
     b = mkeys.shape[0]
     every = mvalid.shape[0] == 0  # no NULL keys: no validity array
-    pm = np.empty(min(b, 1024), dtype=np.int64)
-    psl = np.empty(min(b, 1024), dtype=np.int64)
+    pm = np.empty(min(b, 1024), dtype=np.int32)
+    psl = np.empty(min(b, 1024), dtype=np.int32)
     look = (fsm == INCREMENTING) | (fsm == SWITCHING) | refresh
     sb = np.empty(0, dtype=np.int64)
     rf_row = np.empty(0, dtype=np.int64)
@@ -113,13 +114,13 @@ def disk_probe(
                 pm = _grow(pm, k + 1)
                 psl = _grow(psl, k + 1)
             pm[k] = i
-            psl[k] = s
+            psl[k] = s - lo
             k += 1
             n += 1
             p = s % cap
             if mark_matched:
-                link[p] |= MATCHED
-            d = int(link[p] & DELTA)
+                lk_flag(link, p, MATCHED)
+            d = lk_get(link, p)
             if d == 0:
                 break
             s -= d
@@ -174,7 +175,7 @@ class RefreshRows:
         self.n_empty = 0
         self.refresh = False  # whether the pieces are probed for the refresh (H_R not empty)
         self.costs = (0.0, 0.0, 0.0)  # tuple, row and entry cost of the cache inequality
-        self.slots: list[np.ndarray] = []  # H_S slots of the pairs, per piece
+        self.slots: list[np.ndarray] = []  # H_S slots of the pairs (offsets from lo, int32), per piece
         self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
         self.max_rows = 0  # rows of the largest piece so far
 
@@ -302,7 +303,8 @@ def _finish(op: SemiStreamJoin, p: int, acc: RefreshRows, pairs: list[tuple[pa.T
 
 def _pairs(op: SemiStreamJoin, acc: RefreshRows, pairs: list[tuple[pa.Table, pa.Table]]) -> None:
     """Append the partition's output pairs, gathering H_S's tuples once for all pieces."""
-    psl = acc.slots[0] if len(acc.slots) == 1 else np.concatenate(acc.slots)
+    rel = acc.slots[0] if len(acc.slots) == 1 else np.concatenate(acc.slots)
+    psl = rel.astype(np.int64) + op.hs.lo  # the disk phase does not move lo (expiry comes after)
     m = acc.masters[0] if len(acc.masters) == 1 else pa.concat_tables(acc.masters)
     acc.slots, acc.masters = [], []
     s = op.hs.take(psl)

@@ -2,10 +2,11 @@
 
 Per tuple H_S holds its row (:class:`~ssbj.core.ringstore.RowRing`), its encoded join
 value (``ring_key``, 8 bytes; for exact key types this *is* the key column, which the
-ring then does not store again) and a 4-byte ``link``: the distance to the previous
-tuple of the same value (a chain, newest to oldest) with two flag bits, *matched*
-(it met a master row) and *removed* (it left H_S early, when its value moved to the
-cache). Per join value H_S holds one 4-byte index word pointing at the value's newest
+ring then does not store again) and a bit-packed ``link`` of ``log2(ring slots) + 2`` bits
+(17 bits in a ring of 17,000 slots): the distance to the previous tuple of the same value
+(a chain, newest to oldest; 0 for a value's oldest tuple; it is below the ring's size)
+and two flags, *matched* (it met a master row) and *removed* (it left H_S early, when its
+value moved to the cache). Per join value H_S holds one 4-byte index word pointing at the value's newest
 tuple: in a ring of fewer than 2**24 slots, its slot modulo 2**24 and an 8-bit hash tag
 (a probe reads the tuple's key only when the tag matches); in a larger ring, the slot
 modulo 2**32 - 1 alone. The index stores no key (the key is read from ``ring_key`` of
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
+from ssbj.core.hashing import TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
 from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.keys import decode_keys
 from ssbj.core.queue import Queue
@@ -29,16 +30,17 @@ from ssbj.core.ringstore import RowRing
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
-MATCHED = np.uint32(1 << 31)
-REMOVED = np.uint32(1 << 30)
-DELTA = np.uint32((1 << 30) - 1)
-FLAGS = np.uint32(MATCHED | REMOVED)
+MATCHED = np.uint8(2)  # flag values of a link (its two top bits)
+REMOVED = np.uint8(1)
 M32 = np.int64((1 << 32) - 1)  # slots of a large ring are stored modulo this in the index
 SLOT_BITS = 24  # a ring of fewer than 2**SLOT_BITS slots: slot residue and an 8-bit tag per word
 SMALL = 1 << SLOT_BITS
 RES = np.int64(SMALL - 1)
 EMPTY = np.uint32(0xFFFFFFFF)  # never a word: tags stop at 254, large-ring residues at 2**32 - 2
 INDEX_SLOT = 4  # bytes per index word
+# most load of the value index, as the other tables: at 0.8 MESHJOIN holds 0.6% more tuples
+# at 1% of R but a probe (mostly misses) costs 6-13% more CPU (bench/results/bound/hsmem.md)
+INDEX_LOAD = 0.75
 
 # Fields of the value-statistics payload (see ssbj.core.stats).
 ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
@@ -47,6 +49,97 @@ ST_LAST = 2  # last R-cycle the value entered H_S
 ST_DECIDED = 3  # R-cycle of the switching decision
 ST_SWITCH = 4  # 1 while the value's rows are collected in s_B
 ST_FIELDS = 5
+
+
+def link_bits(cap: int) -> int:
+    """Bits of one link in a ring of ``cap`` slots: a distance below ``cap``, and two flags."""
+    return max(1, int(cap - 1).bit_length()) + 2
+
+
+def new_links(cap: int) -> np.ndarray:
+    """Links of a ring of ``cap`` slots, bit-packed; the last byte holds the bits per link.
+
+    Link ``p`` is bits ``[p b, (p + 1) b)`` (little-endian); 8 spare bytes before the last
+    let a read take whole bytes past the final link.
+    """
+    b = link_bits(cap)
+    out = np.zeros((cap * b + 7) // 8 + 9, dtype=np.uint8)
+    out[-1] = b
+    return out
+
+
+@njit(cache=True, inline="always")
+def _lk_raw(link: np.ndarray, p: int) -> tuple[int, int]:  # pragma: no cover - compiled
+    b = np.int64(link[link.shape[0] - 1])
+    bit = p * b
+    i = bit >> 3
+    # always 8 bytes (the array's spare bytes keep them in bounds): one load once compiled
+    v = np.uint64(0)
+    for j in range(8):
+        v |= np.uint64(link[i + j]) << np.uint64(8 * j)
+    return np.int64((v >> np.uint64(bit & 7)) & np.uint64((np.int64(1) << b) - 1)), b
+
+
+@njit(cache=True, inline="always")
+def lk_get(link: np.ndarray, p: int) -> int:  # pragma: no cover - compiled
+    """Distance from slot position ``p``'s tuple to the previous tuple of its value (0: none)."""
+    v, b = _lk_raw(link, p)
+    return v & ((np.int64(1) << (b - 2)) - 1)
+
+
+@njit(cache=True, inline="always")
+def lk_flags(link: np.ndarray, p: int) -> int:  # pragma: no cover - compiled
+    """Return the flags (:data:`MATCHED`, :data:`REMOVED`) of position ``p``."""
+    v, b = _lk_raw(link, p)
+    return v >> (b - 2)
+
+
+@njit(cache=True, inline="always")
+def lk_set(link: np.ndarray, p: int, d: int, f: int) -> None:  # pragma: no cover - compiled
+    """Set position ``p``'s link to distance ``d`` (0 when it does not fit) and flags ``f``."""
+    b = np.int64(link[link.shape[0] - 1])
+    if d >= np.int64(1) << (b - 2):
+        d = 0
+    bit = p * b
+    i = bit >> 3
+    sh = bit & 7
+    mask = ((np.int64(1) << b) - 1) << sh
+    val = ((np.int64(f) << (b - 2)) | d) << sh
+    for j in range((sh + b + 7) >> 3):
+        m = (mask >> (8 * j)) & 0xFF
+        link[i + j] = np.uint8((np.int64(link[i + j]) & ~m) | ((val >> (8 * j)) & m))
+
+
+@njit(cache=True, inline="always")
+def lk_put(link: np.ndarray, p: int, d: int) -> None:  # pragma: no cover - compiled
+    """Set position ``p``'s distance to ``d`` and clear its flags (a tuple entering H_S)."""
+    lk_set(link, p, d, 0)
+
+
+@njit(cache=True, inline="always")
+def lk_flag(link: np.ndarray, p: int, f: int) -> None:  # pragma: no cover - compiled
+    """Set flag ``f`` (:data:`MATCHED` or :data:`REMOVED`) of position ``p``."""
+    b = np.int64(link[link.shape[0] - 1])
+    bit = p * b + b - 2 + (1 if f == MATCHED else 0)
+    link[bit >> 3] |= np.uint8(1 << (bit & 7))
+
+
+@njit(cache=True)
+def lk_read(link: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """(distances, flags) of positions ``pos``."""
+    d = np.empty(pos.shape[0], dtype=np.int64)
+    f = np.empty(pos.shape[0], dtype=np.uint8)
+    for t in range(pos.shape[0]):
+        d[t] = lk_get(link, pos[t])
+        f[t] = lk_flags(link, pos[t])
+    return d, f
+
+
+@njit(cache=True)
+def lk_write(link: np.ndarray, pos: np.ndarray, d: np.ndarray, f: np.ndarray) -> None:  # pragma: no cover
+    """Set the links of positions ``pos`` to distances ``d`` and flags ``f``."""
+    for t in range(pos.shape[0]):
+        lk_set(link, pos[t], d[t], f[t])
 
 
 @njit(cache=True, inline="always")
@@ -107,7 +200,7 @@ def chain_at_least(link: np.ndarray, cap: int, lo: int, s: int, n: int) -> bool:
     """Whether the value whose newest live slot is ``s`` has at least ``n`` tuples in H_S."""
     c = 1
     while c < n:
-        d = int(link[s % cap] & DELTA)
+        d = lk_get(link, s % cap)
         if d == 0 or s - d < lo:
             return False
         s -= d
@@ -196,10 +289,9 @@ def hs_insert(
         i, g = ix_find(hix, ring_key, cap, s + 1, key, h)
         had = g >= lo
         if had:
-            d = s - g
-            link[pos] = np.uint32(d) if d <= DELTA else np.uint32(0)
+            lk_put(link, pos, s - g)
         else:
-            link[pos] = np.uint32(0)
+            lk_put(link, pos, 0)
             created += 1
         hix[i] = enc(s, h, cap)
         if track:
@@ -254,7 +346,7 @@ def hs_expire(
     gone = 0
     for s in range(lo, upto):
         pos = s % cap
-        f = link[pos]
+        f = lk_flags(link, pos)
         if f & REMOVED:
             continue
         live += 1
@@ -276,7 +368,7 @@ def hs_expire(
                 c += 1
                 if empty_cost < switch_factor * c * tuple_cost:
                     break
-                d = int(link[t % cap] & DELTA)
+                d = lk_get(link, t % cap)
                 if d == 0:
                     break
                 t -= d
@@ -307,7 +399,7 @@ def hs_remove(
         s = g
         while s >= lo:
             total += 1
-            d = int(link[s % cap] & DELTA)
+            d = lk_get(link, s % cap)
             if d == 0:
                 break
             s -= d
@@ -323,8 +415,8 @@ def hs_remove(
             which[m] = t
             m += 1
             p = s % cap
-            link[p] |= REMOVED
-            d = int(link[p] & DELTA)
+            lk_flag(link, p, REMOVED)
+            d = lk_get(link, p)
             if d == 0:
                 break
             s -= d
@@ -342,7 +434,7 @@ def chain_length(
     n = 0
     while s >= lo:
         n += 1
-        d = int(link[s % cap] & DELTA)
+        d = lk_get(link, s % cap)
         if d == 0:
             break
         s -= d
@@ -360,7 +452,7 @@ class StreamTable:
         names = [n for n in schema.names if store_key or n != key]
         self.rows = RowRing(schema, names, cap)
         self.ring_key = np.zeros(cap, dtype=np.int64)
-        self.link = np.zeros(cap, dtype=np.uint32)
+        self.link = new_links(cap)
         self.hix = np.full(capacity_for(16), EMPTY, dtype=np.uint32)
         self.values = 0  # entries in the index (join values with live tuples)
         self.queue = Queue()
@@ -392,9 +484,14 @@ class StreamTable:
         """Bytes held: rows, ring keys, links and the index."""
         return int(self.rows.nbytes() + self.ring_key.nbytes + self.link.nbytes + self.hix.nbytes)
 
+    @property
+    def link_bytes(self) -> float:
+        """Bytes of one tuple's link (bit-packed: a fraction)."""
+        return int(self.link[-1]) / 8
+
     def slot_bytes(self) -> float:
         """Bytes per slot of ring capacity (without string data and the value index)."""
-        return self.rows.slot_bytes() + 8 + 4
+        return self.rows.slot_bytes() + 8 + self.link_bytes
 
     @staticmethod
     def index_bytes_per_value() -> float:
@@ -413,8 +510,9 @@ class StreamTable:
         old_pos, new_pos = live % self.cap, live % cap
         rk = np.zeros(cap, dtype=np.int64)
         rk[new_pos] = self.ring_key[old_pos]
-        ln = np.zeros(cap, dtype=np.uint32)
-        ln[new_pos] = self.link[old_pos]
+        ln = new_links(cap)  # the bits per link follow the ring's size
+        d, f = lk_read(self.link, old_pos)
+        lk_write(ln, new_pos, d, f)
         self.ring_key, self.link = rk, ln
         self.rows.set_capacity(cap, var_extra)
         if heads is not None:
@@ -424,7 +522,7 @@ class StreamTable:
     def reserve_values(self, n_new: int, max_cap: int = 1 << 62) -> None:
         """Room in the index for ``n_new`` more values below the maximum load (at most ``max_cap`` slots)."""
         need = self.values + n_new
-        if need > self.hix.shape[0] * MAX_LOAD:
+        if need > self.hix.shape[0] * INDEX_LOAD:
             cap = min(capacity_for(need), max_cap)
             self.rebuild_index(max(cap, need + 1))
 
@@ -437,7 +535,7 @@ class StreamTable:
     def rebuild_index(self, cap: int) -> None:
         """Rebuild the index at ``cap`` slots."""
         heads = hs_heads(self.hix, self.hi, self.cap)
-        cap = max(cap, capacity_for(len(heads), MAX_LOAD))
+        cap = max(cap, capacity_for(len(heads), INDEX_LOAD))
         self.hix = np.full(cap, EMPTY, dtype=np.uint32)
         ix_rebuild(self.hix, heads, self.ring_key, self.cap)
 
@@ -455,15 +553,45 @@ class StreamTable:
         out: np.ndarray = self.ring_key[np.asarray(slots, dtype=np.int64) % self.cap]
         return out
 
+    def _flag_bits(self, slots: np.ndarray, f: int) -> np.ndarray:
+        b = int(self.link[-1])
+        return (np.asarray(slots, dtype=np.int64) % self.cap) * b + b - 2 + (1 if f == MATCHED else 0)
+
+    def _set_flag(self, slots: np.ndarray, f: int) -> None:
+        if len(slots):
+            bit = self._flag_bits(slots, f)
+            np.bitwise_or.at(self.link, bit >> 3, (1 << (bit & 7)).astype(np.uint8))  # slots share bytes
+
+    def _get_flag(self, slots: np.ndarray, f: int) -> np.ndarray:
+        bit = self._flag_bits(slots, f)
+        out: np.ndarray = ((self.link[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1) != 0
+        return out
+
     def mark_matched(self, slots: np.ndarray) -> None:
         """Flag ``slots`` as having met a master row."""
-        if len(slots):
-            self.link[np.asarray(slots, dtype=np.int64) % self.cap] |= MATCHED
+        self._set_flag(slots, MATCHED)
+
+    def mark_removed(self, slots: np.ndarray) -> None:
+        """Flag ``slots`` as removed (their value moved to the cache)."""
+        self._set_flag(slots, REMOVED)
 
     def matched(self, slots: np.ndarray) -> np.ndarray:
         """Mask of ``slots`` flagged matched."""
-        out: np.ndarray = (self.link[np.asarray(slots, dtype=np.int64) % self.cap] & MATCHED) != 0
-        return out
+        return self._get_flag(slots, MATCHED)
+
+    def removed(self, slots: np.ndarray) -> np.ndarray:
+        """Mask of ``slots`` flagged removed."""
+        return self._get_flag(slots, REMOVED)
+
+    def deltas(self, slots: np.ndarray) -> np.ndarray:
+        """Chain distances of ``slots`` (0: the value's oldest tuple), without the flags."""
+        d, _ = lk_read(self.link, np.asarray(slots, dtype=np.int64) % self.cap)
+        return d
+
+    def set_deltas(self, slots: np.ndarray, deltas: np.ndarray) -> None:
+        """Set the chain distances of ``slots`` (flags cleared): a restore writes saved chains back."""
+        pos = np.asarray(slots, dtype=np.int64) % self.cap
+        lk_write(self.link, pos, np.asarray(deltas, dtype=np.int64), np.zeros(len(pos), np.uint8))
 
     def chain_length(self, key: int) -> int:
         """Live tuples of (encoded) value ``key``."""

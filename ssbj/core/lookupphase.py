@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ssbj.contracts import PARTITION_COLUMN, MasterLookup
 from ssbj.core.arrowtypes import plain_table
-from ssbj.core.hs import EMPTY, REMOVED
+from ssbj.core.hs import EMPTY
 from ssbj.core.keys import decode_keys, encode_keys, is_exact
 from ssbj.core.metrics import StepMetrics
 from ssbj.errors import InputError
@@ -95,7 +95,7 @@ def lookup_phase(
     hs = op.hs
     recs = hs.queue.records()
     slots = np.arange(hs.lo, hs.hi, dtype=np.int64)
-    slots = slots[(hs.link[slots % hs.cap] & REMOVED) == 0]
+    slots = slots[~hs.removed(slots)]
     n = len(slots)
     chunk = np.searchsorted(recs[:, 0], slots, side="right") - 1
     p0 = recs[chunk, 2]

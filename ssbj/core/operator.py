@@ -231,7 +231,7 @@ class SemiStreamJoin:
         """Bytes one stream tuple takes in H_S: v_S plus ring key, link and index share."""
         if not self.spec.count_overheads:
             return self._vs_avg
-        return self._vs_avg + self._key_overhead + 4 + StreamTable.index_bytes_per_value()
+        return self._vs_avg + self._key_overhead + self.hs.link_bytes + StreamTable.index_bytes_per_value()
 
     def row_cost(self) -> float:
         """Bytes one master row takes in H_R: v_R plus its partition tag."""

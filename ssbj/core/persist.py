@@ -20,7 +20,7 @@ import pyarrow as pa
 from ssbj.core import budget as B
 from ssbj.core.cache import _row_keys
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.hs import DELTA, EMPTY, MATCHED, REMOVED, ix_rebuild
+from ssbj.core.hs import EMPTY, ix_rebuild
 from ssbj.core.interest import MAPPING as INTEREST_MAPPING
 from ssbj.core.keys import encode_keys
 from ssbj.core.rfilter import FilterState
@@ -55,7 +55,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             slots = np.arange(base, base + n, dtype=np.int64)
             t = hs.take(slots)
             t = t.append_column(_KEY, pa.array(hs.keys_of(slots), pa.int64()))
-            deltas = (hs.link[slots % hs.cap] & DELTA).astype(np.int64)
+            deltas = hs.deltas(slots)
             store.write_table(name, t.append_column(_DELTA, pa.array(deltas, pa.int64())))
         files.append(name)
     hr_name = f"hr-{op.cache.version}.arrow"
@@ -74,8 +74,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
     rest = [b.table.slice(b.pos) for b in op._buffer]
     store.write_table(buf_name, pa.concat_tables(rest) if rest else op.stream_schema.empty_table())
     files.append(buf_name)
-    live = np.arange(hs.lo, hs.hi, dtype=np.int64) % max(hs.cap, 1)
-    flags = hs.link[live]
+    live = np.arange(hs.lo, hs.hi, dtype=np.int64)
     ix_k, ix_p = op.cache.index.entries()
     st_k, st_p = op.stats.entries()
     rf = op.rfilter
@@ -83,8 +82,8 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
     store.write_arrays(
         state_name,
         {
-            "matched": np.packbits((flags & MATCHED) != 0),
-            "removed": np.packbits((flags & REMOVED) != 0),
+            "matched": np.packbits(hs.matched(live)),
+            "removed": np.packbits(hs.removed(live)),
             "ix_keys": ix_k,
             "ix_pay": ix_p,
             # the empty entries' packed arrays as they are (older checkpoints: em_keys, em_pay)
@@ -251,20 +250,20 @@ def _load_hs(op: SemiStreamJoin, store: DirectoryStore, m: dict[str, Any], array
         t = store.read_table(f"chunk-{base}.arrow")
         if t.num_rows != n or hs.hi != base:
             raise CheckpointError(f"chunk-{base}.arrow does not continue the ring at slot {hs.hi}")
-        pos = np.arange(base, base + n, dtype=np.int64) % cap
-        hs.ring_key[pos] = t.column(_KEY).to_numpy()
-        hs.link[pos] = t.column(_DELTA).to_numpy().astype(np.uint32)
+        slots = np.arange(base, base + n, dtype=np.int64)
+        hs.ring_key[slots % cap] = t.column(_KEY).to_numpy()
+        hs.set_deltas(slots, t.column(_DELTA).to_numpy())
         hs.rows.append(t.drop_columns([_KEY, _DELTA]))
         hs.queue.push(base, n, p0, nbytes)
     if hs.hi != hi:
         raise CheckpointError(f"the checkpoint's chunks end at slot {hs.hi}, not {hi}")
     hs.queue.resize(m["queue_cap"])
     n = hi - lo
-    pos = np.arange(lo, hi, dtype=np.int64) % cap
     matched = np.unpackbits(arrays["matched"], count=n).astype(bool)
     removed = np.unpackbits(arrays["removed"], count=n).astype(bool)
-    hs.link[pos[matched]] |= MATCHED
-    hs.link[pos[removed]] |= REMOVED
+    live = np.arange(lo, hi, dtype=np.int64)
+    hs.mark_matched(live[matched])
+    hs.mark_removed(live[removed])
     # the index points at each value's newest live tuple
     slots = np.arange(lo, hi, dtype=np.int64)[~removed]
     keys = hs.ring_key[slots % cap]

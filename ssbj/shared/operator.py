@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
-from ssbj.core.hs import REMOVED
 from ssbj.core.master import MasterScan
 from ssbj.core.operator import SemiStreamJoin
 from ssbj.core.spec import JoinSpec, StepResult, master_output_names
@@ -396,7 +395,7 @@ class SharedJoin:
         parts = [p[1] for p in g.pending]
         if hs.span > 0:
             slots = np.arange(hs.lo, hs.hi, dtype=np.int64)
-            live = slots[(hs.link[slots % hs.cap] & REMOVED) == 0]
+            live = slots[~hs.removed(slots)]
             if len(live):
                 rows = hs.take(live)
                 parts.append(

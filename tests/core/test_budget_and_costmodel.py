@@ -71,13 +71,12 @@ def test_plan_memory_respects_eq1_and_grows_with_budget() -> None:
     for budget in [300_000, 1_000_000, 5_000_000, 50_000_000]:
         plan = plan_memory(budget, 1_000_000, 40.0, 30.0, model)
         k = plan.partitions
-        # the disk buffer, H_S's ring of k + 1 chunks, Q, and the reserve
-        mem = (
-            plan.partition_rows * (30.0 + DISK_ROW_OVERHEAD)
-            + (k + 1) * plan.w_s * (40.0 + HS_TUPLE_OVERHEAD)
-            + (k + 2) * QUEUE_RECORD
-        )
+        # the disk buffer, H_S's ring of k chunks (at most k are live), Q, and the reserve
+        fixed = plan.partition_rows * (30.0 + DISK_ROW_OVERHEAD) + (k + 2) * QUEUE_RECORD
+        mem = fixed + k * plan.w_s * (40.0 + HS_TUPLE_OVERHEAD)
         assert mem <= budget * (1 - RESERVE_SHARE)
+        # and w_S is the largest that fits k chunks (not k + 1)
+        assert fixed + k * (plan.w_s + 1) * (40.0 + HS_TUPLE_OVERHEAD) > budget * (1 - RESERVE_SHARE)
         assert plan.partitions * plan.partition_rows >= 1_000_000
         rates.append(plan.predicted_service_rate)
     assert rates == sorted(rates)

@@ -326,12 +326,12 @@ def test_planner_reserves_a_disk_buffer_per_prefetched_partition(depth: int) -> 
     budget, r_t, v_s, v_r, v_p = 2_000_000, 100_000, 40.0, 60.0, 20.0
     plan = plan_memory(budget, r_t, v_s, v_r, CostModel(), v_p=v_p, prefetch=depth)
     b, k = plan.partition_rows, plan.partitions
-    used = (1 + depth) * b * (v_r + DISK_ROW_OVERHEAD) + (k + 1) * plan.w_s * (v_p + v_s) + (k + 2) * QUEUE_RECORD
+    used = (1 + depth) * b * (v_r + DISK_ROW_OVERHEAD) + k * plan.w_s * (v_p + v_s) + (k + 2) * QUEUE_RECORD
     assert used <= budget * (1 - RESERVE_SHARE)
     if depth:  # the plan made without the reserve would not hold the read-ahead buffers
         p0 = plan_memory(budget, r_t, v_s, v_r, CostModel(), v_p=v_p)
         b0, k0 = p0.partition_rows, p0.partitions
-        used0 = (1 + depth) * b0 * (v_r + DISK_ROW_OVERHEAD) + (k0 + 1) * p0.w_s * (v_p + v_s) + (k0 + 2) * QUEUE_RECORD
+        used0 = (1 + depth) * b0 * (v_r + DISK_ROW_OVERHEAD) + k0 * p0.w_s * (v_p + v_s) + (k0 + 2) * QUEUE_RECORD
         assert used0 > budget * (1 - RESERVE_SHARE)
     with pytest.raises(ConfigError):
         plan_memory(budget, r_t, v_s, v_r, CostModel(), prefetch=-1)
