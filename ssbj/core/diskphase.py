@@ -27,7 +27,8 @@ from numba import njit
 from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
-from ssbj.core.hs import MATCHED, ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find, lk_flag, lk_get
+from ssbj.core.hs import ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
+from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
 from ssbj.core.interest import interest_test
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces

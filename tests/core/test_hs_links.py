@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ssbj.core.hs import StreamTable, hs_insert, link_bits, lk_read, lk_write, new_links
+from ssbj.core.hs import StreamTable, hs_insert
+from ssbj.core.hslinks import link_bits, lk_read, lk_write, new_links
 
 
 @pytest.mark.parametrize("cap", [1, 2, 3, 255, 256, 17_000, 1 << 20, (1 << 22) + 5])
