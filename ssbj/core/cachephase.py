@@ -251,33 +251,7 @@ def hs_add(op: SemiStreamJoin, table: pa.Table, keys: np.ndarray, nbytes: int) -
     if hs.span + n > hs.cap:  # without a budget the ring grows on demand
         hs.set_capacity(max(2 * hs.cap, hs.span + n))
     hs.reserve_values(n, B.index_limit(op))
-    if op._use_cache:
-        op.stats.grow(lambda: B.stats_limit(op))
-    st = op.stats.table
-    tracked = op.stats.size
-    hs.values += int(
-        hs_insert(
-            hs.hix,
-            hs.ring_key,
-            hs.link,
-            hs.cap,
-            hs.lo,
-            hs.hi,
-            keys,
-            op._use_cache,
-            st.keys,
-            st.used,
-            st.payload,
-            op.stats.meta,
-            # when tracking began: 2 rc, +1 unless at the R-cycle's first step (int32-safe)
-            2 * op._rc + (0 if op._step == op._cycle_start.get(op._rc, -1) else 1),
-            op._rc,
-            op.interest.bits,
-        )
-    )
-    op.interest.added += op.stats.size - tracked
-    if op.interest.overfull:
-        op.rebuild_interest()
+    hs.values += int(hs_insert(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys))
     hs.rows.append(table)
     hs.queue.push(hs.hi - n, n, op._p, nbytes)
     hs.live += n

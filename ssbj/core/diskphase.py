@@ -24,12 +24,13 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from ssbj.core import budget as B
 from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.empties import es_find
-from ssbj.core.hashing import kset_find, mix
-from ssbj.core.hs import ST_DECIDED, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
+from ssbj.core.hashing import kset_find, kset_slot, mix
+from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
 from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
-from ssbj.core.interest import interest_test
+from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
 from ssbj.core.rowsize import row_nbytes
@@ -73,6 +74,8 @@ def disk_probe(
     st_keys: np.ndarray,
     st_used: np.ndarray,
     st_pay: np.ndarray,
+    st_meta: np.ndarray,
+    since: int,
     refresh: bool,
     hk: np.ndarray,
     hused: np.ndarray,
@@ -85,11 +88,18 @@ def disk_probe(
     empty-entry lookups at all. The output arrays start small and double: their size is
     the step's transient memory. A pair is two int32: the master row in the piece and the
     slot's offset from ``lo`` (below the ring's size), half the bytes of two int64.
+
+    With ``fsm`` >= 0 (SSBJ) a value met with ``st_meta[2]`` tuples or more in H_S becomes a
+    candidate of the value statistics (while the table has room; tracked since ``since``),
+    and a tracked value met with tuples in H_S records the R-cycle (``ST_LAST``). The chain
+    is walked here anyway, so admission costs the stream side nothing, and only values
+    with master rows become candidates (a value without rows is found at expiry).
     """
     b = mkeys.shape[0]
     every = mvalid.shape[0] == 0  # no NULL keys: no validity array
     pm = np.empty(min(b, 1024), dtype=np.int32)
     psl = np.empty(min(b, 1024), dtype=np.int32)
+    track = fsm >= 0
     look = (fsm == INCREMENTING) | (fsm == SWITCHING) | refresh
     sb = np.empty(0, dtype=np.int64)
     rf_row = np.empty(0, dtype=np.int64)
@@ -125,10 +135,30 @@ def disk_probe(
             if d == 0:
                 break
             s -= d
-        if not look or not interest_test(ibits, h):
+        maybe = interest_test(ibits, h) if track else False
+        j = -1
+        if n and track:
+            j = kset_find(st_keys, st_used, key) if maybe else np.int64(-1)
+            if j < 0 and n >= st_meta[2] and st_meta[0] < st_meta[1]:
+                j = kset_slot(st_keys, st_used, key)
+                if j < 0:
+                    j = -j - 1
+                    st_used[j] = True
+                    st_keys[j] = key
+                    st_pay[j, ST_ROWS] = 0
+                    st_pay[j, ST_SINCE] = since
+                    st_pay[j, ST_DECIDED] = -1
+                    st_pay[j, ST_SWITCH] = 0
+                    st_meta[0] += 1
+                    interest_set(ibits, h)
+                    maybe = True
+            if j >= 0:
+                st_pay[j, ST_LAST] = rc
+        if not look or not maybe:
             continue
         if fsm == INCREMENTING or fsm == SWITCHING:  # noqa: SIM109 (numba)
-            j = kset_find(st_keys, st_used, key)
+            if j < 0 and not n:
+                j = kset_find(st_keys, st_used, key)
             if j >= 0:
                 if fsm == INCREMENTING:
                     st_pay[j, ST_ROWS] += 1
@@ -362,7 +392,11 @@ def disk_phase(
         return
     if op._use_cache:
         note_scan(op, mk.values, mk.valid)
-    hs, st, cache = op.hs, op.stats.table, op.cache
+    hs, cache = op.hs, op.cache
+    if op._use_cache:
+        op.stats.grow(lambda: B.stats_limit(op))
+    st = op.stats.table
+    tracked = op.stats.size
     refresh = acc.refresh
     tuple_cost, row_cost, entry_cost = acc.costs
     # tracked since the first step of the incrementing R-cycle (rc - 1) or before
@@ -387,12 +421,19 @@ def disk_phase(
         st.keys,
         st.used,
         st.payload,
+        op.stats.meta,
+        # admitted mid-R-cycle: its earlier rows of this R-cycle were not counted (int32-safe)
+        2 * op._rc + 1,
         refresh,
         cache.index.keys,
         cache.index.used,
         cache.empties.blob,
         op.interest.bits,
     )
+    if op._use_cache:
+        op.interest.added += op.stats.size - tracked
+        if op.interest.overfull:
+            op.rebuild_interest()
     op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
     if len(sb):
         op._sb_seq += 1

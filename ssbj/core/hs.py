@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from ssbj.core.hashing import TARGET_LOAD, between, capacity_for, home, kset_find, kset_slot, mix
+from ssbj.core.hashing import TARGET_LOAD, between, capacity_for, home, kset_find, mix
 from ssbj.core.hslinks import (
     MATCHED,
     REMOVED,
@@ -35,7 +35,6 @@ from ssbj.core.hslinks import (
     lk_write,
     new_links,
 )
-from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.keys import decode_keys
 from ssbj.core.queue import Queue
 from ssbj.core.ringstore import RowRing
@@ -46,7 +45,14 @@ M32 = np.int64((1 << 32) - 1)  # slots of a large ring are stored modulo this in
 SLOT_BITS = 24  # a ring of fewer than 2**SLOT_BITS slots: slot residue and an 8-bit tag per word
 SMALL = 1 << SLOT_BITS
 RES = np.int64(SMALL - 1)
-EMPTY = np.uint32(0xFFFFFFFF)  # never a word: tags stop at 254, large-ring residues at 2**32 - 2
+EMPTY = np.uint32(0xFFFFFFFF)  # never a word: tags stop at 14, large-ring residues at 2**32 - 2
+# a small ring's word: 4 bits of displacement from the value's home index slot (15: 15 or
+# more), a 4-bit hash tag, the slot residue. A probe compares tag and home, and a deletion
+# finds the home of each word it shifts without reading the word's key (a random read)
+DISP_SHIFT = 28
+D_MAX = 15
+TAG_MASK = np.int64(0xF)
+KEEP_LOW = np.int64((1 << DISP_SHIFT) - 1)
 INDEX_SLOT = 4  # bytes per index word
 # most load of the value index, as the other tables: at 0.8 MESHJOIN holds 0.6% more tuples
 # at 1% of R but a probe (mostly misses) costs 6-13% more CPU (bench/results/bound/hsmem.md)
@@ -63,16 +69,16 @@ ST_FIELDS = 5
 
 @njit(cache=True, inline="always")
 def tag_of(h: np.uint64) -> np.int64:  # pragma: no cover - compiled
-    """8-bit tag of hash ``h``, 0-254 (255 would let a word be EMPTY)."""
-    t = np.int64(h & np.uint64(0xFF))
-    return t if t != 255 else np.int64(254)
+    """4-bit tag of hash ``h``, 0-14 (15 would let a word with the top displacement be EMPTY)."""
+    t = np.int64(h & np.uint64(0xF))
+    return t if t != 15 else np.int64(14)
 
 
 @njit(cache=True, inline="always")
-def enc(s: int, h: np.uint64, cap: int) -> np.uint32:  # pragma: no cover - compiled
-    """Index word of slot ``s`` (of a value with hash ``h``) in a ring of ``cap`` slots."""
+def enc(s: int, h: np.uint64, cap: int, d: int) -> np.uint32:  # pragma: no cover - compiled
+    """Index word of slot ``s`` (of a value with hash ``h``), ``d`` index slots past its home, in a ring of ``cap``."""
     if cap < SMALL:
-        return np.uint32((tag_of(h) << SLOT_BITS) | (s & RES))
+        return np.uint32((min(d, D_MAX) << DISP_SHIFT) | (tag_of(h) << SLOT_BITS) | (s & RES))
     return np.uint32(s % M32)
 
 
@@ -86,9 +92,24 @@ def dec(v: np.uint32, hi: int, cap: int) -> int:  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def tag_ok(v: np.uint32, h: np.uint64, cap: int) -> bool:  # pragma: no cover - compiled
-    """Whether word ``v`` may belong to a value with hash ``h`` (large rings keep no tag)."""
-    return cap >= SMALL or (np.int64(v) >> SLOT_BITS) == tag_of(h)
+def disp_of(v: np.uint32) -> int:  # pragma: no cover - compiled
+    """Displacement field of a small ring's word (``D_MAX``: that far or farther)."""
+    return np.int64(v) >> DISP_SHIFT
+
+
+@njit(cache=True, inline="always")
+def tag_ok(v: np.uint32, h: np.uint64, cap: int, d: int) -> bool:  # pragma: no cover - compiled
+    """Whether word ``v``, ``d`` slots past the home of hash ``h``, may belong to that value.
+
+    Its tag must match and its home must be the same slot (the displacement it records
+    equals ``d``; from ``D_MAX`` on only the tag is compared). Large rings keep neither.
+    """
+    if cap >= SMALL:
+        return True
+    if ((np.int64(v) >> SLOT_BITS) & TAG_MASK) != tag_of(h):
+        return False
+    w = disp_of(v)
+    return w == d or (w == D_MAX and d >= D_MAX)
 
 
 @njit(cache=True, inline="always")
@@ -98,38 +119,37 @@ def ix_find(
     """(index slot, newest live slot of ``key``); the slot is -1 and the index slot free if absent.
 
     The probe reads a value's slot and ``ring_key`` (a random position) only when the
-    word's tag matches: most master rows have no tuple in H_S and never leave the index.
+    word's tag and home match: most master rows have no tuple in H_S and never leave the index.
     """
     n = hix.shape[0]
     i = home(h, n)
+    d = 0
     while hix[i] != EMPTY:
         v = hix[i]
-        if tag_ok(v, h, cap):
+        if tag_ok(v, h, cap, d):
             s = dec(v, hi, cap)
             if ring_key[s % cap] == key:
                 return i, s
         i += 1
+        d += 1
         if i == n:
             i = 0
     return i, np.int64(-1)
 
 
 @njit(cache=True, inline="always")
-def chain_at_least(link: np.ndarray, cap: int, lo: int, s: int, n: int) -> bool:  # pragma: no cover - compiled
-    """Whether the value whose newest live slot is ``s`` has at least ``n`` tuples in H_S."""
-    c = 1
-    while c < n:
-        d = lk_get(link, s % cap)
-        if d == 0 or s - d < lo:
-            return False
-        s -= d
-        c += 1
-    return True
+def _home_at(hix: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, j: int) -> int:  # pragma: no cover
+    """Home slot of the word at index slot ``j``: from its displacement, else from its key (a random read)."""
+    n = hix.shape[0]
+    v = hix[j]
+    if cap < SMALL and disp_of(v) < D_MAX:
+        return (j - disp_of(v)) % n
+    return home(mix(ring_key[dec(v, hi, cap) % cap]), n)
 
 
 @njit(cache=True)
 def ix_delete(hix: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, i: int) -> None:  # pragma: no cover
-    """Delete index slot ``i``, shifting the rest of its cluster back."""
+    """Delete index slot ``i``, shifting the rest of its cluster back (its words' displacements shrink)."""
     n = hix.shape[0]
     hole = i
     j = i
@@ -139,10 +159,14 @@ def ix_delete(hix: np.ndarray, ring_key: np.ndarray, cap: int, hi: int, i: int) 
             j = 0
         if hix[j] == EMPTY:
             break
-        s = dec(hix[j], hi, cap)
-        if between(hole, home(mix(ring_key[s % cap]), n), j):
+        hj = _home_at(hix, ring_key, cap, hi, j)
+        if between(hole, hj, j):
             continue
-        hix[hole] = hix[j]
+        v = hix[j]
+        if cap < SMALL:
+            d = min((hole - hj) % n, D_MAX)
+            v = np.uint32((np.int64(v) & KEEP_LOW) | (d << DISP_SHIFT))
+        hix[hole] = v
         hole = j
     hix[hole] = EMPTY
 
@@ -155,11 +179,13 @@ def ix_rebuild(hix: np.ndarray, heads: np.ndarray, ring_key: np.ndarray, cap: in
         s = heads[t]
         h = mix(ring_key[s % cap])
         i = home(h, n)
+        d = 0
         while hix[i] != EMPTY:
             i += 1
+            d += 1
             if i == n:
                 i = 0
-        hix[i] = enc(s, h, cap)
+        hix[i] = enc(s, h, cap, d)
 
 
 @njit(cache=True)
@@ -183,20 +209,11 @@ def hs_insert(
     lo: int,
     hi0: int,
     keys: np.ndarray,
-    track: bool,
-    st_keys: np.ndarray,
-    st_used: np.ndarray,
-    st_pay: np.ndarray,
-    st_meta: np.ndarray,
-    since: int,
-    rc: int,
-    ibits: np.ndarray,
 ) -> int:  # pragma: no cover
     """ADD tuples as slots ``hi0, hi0 + 1, ...`` to H_S; returns the number of new values.
 
-    With ``track`` (SSBJ), a value that now has ``st_meta[2]`` tuples or more in H_S (at
-    least two) becomes a candidate of the value statistics (while the table has room), and a tracked value
-    records the R-cycle it was last seen in.
+    No statistics here: a value becomes a candidate when the disk phase meets it with a
+    long enough chain (:func:`ssbj.core.diskphase.disk_probe`), which walks the chain anyway.
     """
     created = 0
     for t in range(keys.shape[0]):
@@ -206,30 +223,12 @@ def hs_insert(
         ring_key[pos] = key
         h = mix(key)
         i, g = ix_find(hix, ring_key, cap, s + 1, key, h)
-        had = g >= lo
-        if had:
+        if g >= lo:
             lk_put(link, pos, s - g)
         else:
             lk_put(link, pos, 0)
             created += 1
-        hix[i] = enc(s, h, cap)
-        if track:
-            # every tracked value has its interest bits set: most tuples skip the lookup
-            j = kset_slot(st_keys, st_used, key) if interest_test(ibits, h) else np.int64(-1)
-            if j < 0 and had and st_meta[0] < st_meta[1] and chain_at_least(link, cap, lo, g, st_meta[2] - 1):
-                j = kset_slot(st_keys, st_used, key)  # (looked up in any case: never a second entry)
-                if j < 0:
-                    j = -j - 1
-                    st_used[j] = True
-                    st_keys[j] = key
-                    st_pay[j, ST_ROWS] = 0
-                    st_pay[j, ST_SINCE] = since
-                    st_pay[j, ST_DECIDED] = -1
-                    st_pay[j, ST_SWITCH] = 0
-                    st_meta[0] += 1
-                    interest_set(ibits, h)
-            if j >= 0:
-                st_pay[j, ST_LAST] = rc
+        hix[i] = enc(s, h, cap, (i - home(h, hix.shape[0])) % hix.shape[0])
     return created
 
 

@@ -43,23 +43,7 @@ def test_bits_follow_the_ring_size() -> None:
 def _filled(keys: np.ndarray, cap: int) -> StreamTable:
     hs = StreamTable(pa.schema([("sk", pa.int64())]), "sk", "int", store_key=False, cap=cap)
     hs.reserve_values(len(keys))
-    hs.values += hs_insert(
-        hs.hix,
-        hs.ring_key,
-        hs.link,
-        hs.cap,
-        hs.lo,
-        hs.hi,
-        keys,
-        False,
-        np.zeros(8, np.int64),
-        np.zeros(8, np.bool_),
-        np.zeros((8, 5), np.int32),
-        np.array([0, 0, 2], np.int64),
-        0,
-        0,
-        np.zeros(1, np.uint64),
-    )
+    hs.values += hs_insert(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
     hs.rows.append(pa.table({"sk": pa.array(keys)}))
     hs.live += len(keys)
     return hs
