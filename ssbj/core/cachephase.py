@@ -67,8 +67,8 @@ def cache_probe(
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
     m = limit - start
-    ps = np.empty(m, dtype=np.int64)
-    pr = np.empty(m, dtype=np.int64)
+    ps = np.empty(m, dtype=np.int32)  # (a batch's rows and H_R's rows stay below 2**31)
+    pr = np.empty(m, dtype=np.int32)
     miss = np.empty(m, dtype=np.int64)
     nul = np.empty(m, dtype=np.int64)
     emp = np.empty(m, dtype=np.int64)
@@ -100,8 +100,8 @@ def cache_probe(
                 else:
                     if k + ln > ps.shape[0]:
                         cap = max(2 * ps.shape[0], k + ln)
-                        ps2 = np.empty(cap, dtype=np.int64)
-                        pr2 = np.empty(cap, dtype=np.int64)
+                        ps2 = np.empty(cap, dtype=np.int32)
+                        pr2 = np.empty(cap, dtype=np.int32)
                         ps2[:k] = ps[:k]
                         pr2[:k] = pr[:k]
                         ps, pr = ps2, pr2
@@ -187,6 +187,8 @@ def cache_phase(
         )
         consumed = int(consumed)
         n_hits = int(n_hits)
+        # the probe's index arrays live until the step's output is assembled
+        op._note_transient(ps.nbytes + pr.nbytes + miss_idx.nbytes + null_idx.nbytes + emp_idx.nbytes)
         if n_filtered:
             op._c.bump("filter_answered", int(n_filtered))
         if consumed == 0:

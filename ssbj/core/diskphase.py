@@ -422,8 +422,9 @@ def disk_phase(
         st.used,
         st.payload,
         op.stats.meta,
-        # admitted mid-R-cycle: its earlier rows of this R-cycle were not counted (int32-safe)
-        2 * op._rc + 1,
+        # when tracking began: 2 rc, + 1 past the R-cycle's first partition (a value is
+        # admitted at its first row of a partition; rows of earlier partitions went uncounted)
+        2 * op._rc + (0 if p == 0 else 1),
         refresh,
         cache.index.keys,
         cache.index.used,
