@@ -138,7 +138,7 @@ def disk_probe(
         maybe = interest_test(ibits, h) if track else False
         j = -1
         if n and track:
-            j = kset_find(st_keys, st_used, key) if maybe else np.int64(-1)
+            j = kset_find(st_keys, st_used, key) if maybe else -1
             if j < 0 and n >= st_meta[2] and st_meta[0] < st_meta[1]:
                 j = kset_slot(st_keys, st_used, key)
                 if j < 0:
