@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssbj.cq.expr import evaluate, to_array
+from ssbj.cq.expr import evaluate, to_array, where_mask
 from ssbj.cq.kernels import EMPTY, apply_changes, grow
 from ssbj.cq.query import QueryPlan
 from ssbj.cq.slotcodec import SlotCodec, int_words, slot_kind
@@ -202,14 +202,7 @@ class FastCore:
         for j, a in enumerate(plan.aliases_of(relation)):
             ap = plan.aliases[a]
             resolve = plan.column_resolver(a, table)
-            if ap.selection:
-                mask = None
-                for cond in ap.selection:
-                    m = pc.fill_null(to_array(evaluate(cond, resolve, n), n), False)
-                    mask = m if mask is None else pc.and_(mask, m)
-                sel[:, j] = np.asarray(mask)
-            else:
-                sel[:, j] = True
+            sel[:, j] = where_mask(ap.selection, resolve, n)
             for i, c in enumerate(ap.children):
                 for q, col in enumerate(plan.aliases[c].parent_fk):
                     v, nul = int_words(table.column(col).combine_chunks())

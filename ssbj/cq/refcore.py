@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from ssbj.cq.changes import OP
 from ssbj.cq.engine import Node
-from ssbj.cq.expr import evaluate, to_array
+from ssbj.cq.expr import evaluate, to_array, where_mask
 from ssbj.cq.kernels import ABSENT, PRESENT, STALE
 from ssbj.cq.query import QueryPlan
 from ssbj.cq.values import to_python
@@ -90,14 +90,7 @@ class RefCore:
             ap = plan.aliases[a]
             node = self.nodes[a]
             resolve = plan.column_resolver(a, table)
-            if ap.selection:
-                mask = None
-                for cond in ap.selection:
-                    m = pc.fill_null(to_array(evaluate(cond, resolve, n), n), False)
-                    mask = m if mask is None else pc.and_(mask, m)
-                sel = np.asarray(mask).tolist()
-            else:
-                sel = [True] * n
+            sel = where_mask(ap.selection, resolve, n).tolist()
             fk_cols = [_keys(table, plan.aliases[c].parent_fk) for c in ap.children]
             fks = list(zip(*fk_cols, strict=True)) if fk_cols else [()] * n
             slot_cols = [to_python(to_array(evaluate(plan.slots[i].node, resolve, n), n)) for i in ap.slots]
