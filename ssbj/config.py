@@ -1,7 +1,9 @@
 """Job configuration (YAML), validated with pydantic; secrets come from the environment.
 
-A job file names *where* secrets are (an environment variable, or an Airflow connection
-id), never the secrets themselves: a URL with a password in the file is rejected.
+The single-table enrichment job (:class:`JobConfig`) is here; the multi-way job is in
+:mod:`ssbj.config_multiway`, and :func:`load_any_config` reads either.  A job file
+names *where* secrets are (an environment variable, or an Airflow connection id), never
+the secrets themselves: a URL with a password in the file is rejected.
 """
 
 from __future__ import annotations
@@ -10,19 +12,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pyarrow as pa
-import yaml
-from pydantic import (
-    BeforeValidator,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from ssbj.config_fields import (
     TYPE_NAMES,
     Database,
     DatabaseSink,
+    EnrichmentJobBase,
     FileSource,
     KafkaSource,
     ParquetSink,
@@ -31,19 +27,28 @@ from ssbj.config_fields import (
     SparkSettings,
     Trigger,
     ValueRange,
+    _format_errors,
     _Model,
     arrow_type,
+    byte_size,
     identifier,
+    read_job_file,
     stream_columns,
     table_name,
 )
+from ssbj.config_multiway import (
+    MultiWayJobConfig,
+    MultiWayJoinSettings,
+    MultiWayMaster,
+    MultiWayStream,
+    SecondStream,
+    parse_multiway_config,
+)
 from ssbj.contracts import MAX_SHARDS
-from ssbj.errors import ConfigError, SSBJError
+from ssbj.errors import ConfigError
 from ssbj.planning import JoinSettings
-from ssbj.sql.inputs import query_inputs
-from ssbj.units import parse_size
 
-__all__ = [  # the job-file models, with the building blocks of ssbj.config_fields re-exported
+__all__ = [  # the job-file models, with ssbj.config_fields' building blocks and ssbj.config_multiway re-exported
     "AnyJobConfig",
     "Database",
     "DatabaseSink",
@@ -117,25 +122,13 @@ class Master(Database):
         return v
 
 
-def _size(v: Any) -> int:
-    """Parse a size once, at validation (``512MiB`` -> bytes); a bare int is bytes already."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    if not isinstance(v, str):
-        raise ValueError(f"expected a size such as 512MiB or 64MB, got {type(v).__name__}")
-    try:
-        return parse_size(v, "size")
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-
-
 class Join(_Model):
     """How to join: the ``join:`` section of a job file (defaults are :class:`JoinSettings`' own)."""
 
     stream_key: str
     algorithm: Literal["ssbj", "meshjoin"] = JoinSettings.algorithm
     type: Literal["inner", "left"] = JoinSettings.join_type
-    memory: Annotated[int, BeforeValidator(_size)] = Field(
+    memory: Annotated[int, BeforeValidator(byte_size)] = Field(
         JoinSettings.memory_budget, description="operator budget in bytes; written as 512MiB, 64MB, ..."
     )
     switch_factor: Annotated[float, Field(gt=0)] = JoinSettings.switch_factor
@@ -165,33 +158,6 @@ class Join(_Model):
         "batch's Kafka offset ranges itself and keeps its share, on the executor that holds its state; "
         "python Kafka reader only)",
     )
-
-
-class EnrichmentJobBase(_Model):
-    """What every enrichment job file has: the stream's source, sinks, trigger, checkpoint, Spark, quality.
-
-    :class:`JobConfig` (one master table) and :class:`MultiWayJobConfig` (SQL over several)
-    add their join; the job-file format is theirs, field by field.
-    """
-
-    name: str
-    source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
-    sink: SinkConfig
-    dead_letter: SinkConfig
-    trigger: Trigger = Trigger()
-    checkpoint: str
-    spark: SparkSettings = SparkSettings()
-    quality: Quality = Field(default_factory=lambda: Quality.model_validate({}))
-
-    @property
-    def spark_checkpoint(self) -> str:
-        """Spark's checkpoint location."""
-        return str(Path(self.checkpoint) / "spark")
-
-    @property
-    def operator_checkpoint(self) -> str:
-        """The operator's checkpoint directory (next to Spark's)."""
-        return str(Path(self.checkpoint) / "operator")
 
 
 class JobConfig(EnrichmentJobBase):
@@ -253,28 +219,6 @@ class JobConfig(EnrichmentJobBase):
         )
 
 
-def _format_errors(exc: ValidationError, origin: str) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after"))
-        loc = loc.replace("schema_", "schema")
-        msg = err["msg"].removeprefix("Value error, ")
-        got = err.get("input")
-        shown = "" if isinstance(got, dict | list) or got is None or err["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"  {loc or '<top>'}: {msg}{shown}")
-    return f"{origin}: invalid job configuration\n" + "\n".join(lines)
-
-
-def read_job_file(p: Path) -> Any:
-    """Return a job file's YAML; a file that cannot be read or parsed is a ConfigError naming it."""
-    try:
-        return yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {p}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
-
-
 def load_config(path: str | Path) -> JobConfig:
     """Read and validate a job file; errors name each field and what it allows."""
     p = Path(path)
@@ -297,203 +241,12 @@ def parse_config(data: Any, origin: str = "<config>") -> JobConfig:
         raise ConfigError(_format_errors(exc, origin)) from None
 
 
-# ---------------------------------------------------------------------- multi-way jobs
-class MultiWayStream(_Model):
-    """The stream of a multi-way job: the name the SQL reads it by, and its record schema."""
-
-    name: str
-    schema_: dict[str, str] = Field(alias="schema", description="column -> type of a stream record")
-    key: str | None = Field(
-        None,
-        description="field a record must have (missing: dead letter; JSON null: a NULL key); "
-        "default: the stream's first join column",
-    )
-    event_time: str | None = Field(
-        None,
-        description="event-time column of a window join (checked against the SQL's BETWEEN); "
-        "default: the column the SQL's window uses",
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return identifier(v, "stream name")
-
-    @field_validator("key", "event_time")
-    @classmethod
-    def _key(cls, v: str | None) -> str | None:
-        return v if v is None else identifier(v, "column")
-
-    @field_validator("schema_")
-    @classmethod
-    def _schema(cls, v: dict[str, str]) -> dict[str, str]:
-        return stream_columns(v)
-
-    @model_validator(mode="after")
-    def _key_declared(self) -> MultiWayStream:
-        for what, col in (("key", self.key), ("event_time", self.event_time)):
-            if col is not None and col not in self.schema_:
-                raise ValueError(f"{what} {col!r} is not a column of schema ({', '.join(self.schema_)})")
-        return self
-
-    @property
-    def arrow_schema(self) -> pa.Schema:
-        """Arrow schema of a decoded record of this stream."""
-        return pa.schema([pa.field(n, arrow_type(t)) for n, t in self.schema_.items()])
-
-
-class SecondStream(MultiWayStream):
-    """A second stream joined with the first within an event-time window (the SQL's BETWEEN), with its own source."""
-
-    source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
-
-
-class MultiWayMaster(_Model):
-    """A master table of a multi-way job, in the job's database."""
-
-    table: str | None = Field(None, description="table in the database (default: the name the SQL uses)")
-    mode: Literal["auto", "held", "scanned"] = Field(
-        "auto",
-        description="held: loaded whole once when the job starts; scanned: read partition by partition, "
-        "cyclically; auto: held when it fits join.hold_share of the budget",
-    )
-    page_column: str | None = Field(None, description="unique column of the partitions (default: primary key)")
-    partition_rows: Annotated[int, Field(ge=1)] | None = Field(None, description="b of a scanned master")
-    reader: Literal["auto", "driver", "connectorx"] = "auto"
-
-    @field_validator("table")
-    @classmethod
-    def _table(cls, v: str | None) -> str | None:
-        return v if v is None else table_name(v)
-
-    @field_validator("page_column")
-    @classmethod
-    def _col(cls, v: str | None) -> str | None:
-        return v if v is None else identifier(v, "column")
-
-
-class MultiWayJoinSettings(_Model):
-    """The ``join:`` section of a multi-way job."""
-
-    memory: Annotated[int, BeforeValidator(_size)] = Field(
-        JoinSettings.memory_budget, description="operator budget in bytes; written as 512MiB, 64MB, ..."
-    )
-    order_policy: Literal["dppick", "dppick-nosmooth", "fixed", "greedy", "selectivity"] = "dppick"
-    store: Literal["memory", "lsm"] = Field("memory", description="waiting store: memory, or lsm (extra lsm)")
-    cache: bool = Field(True, description="a cache per scanned master (its rows are not refreshed during a run)")
-    hold_share: Annotated[float, Field(gt=0, le=1)] = 0.5
-    step_rows: Annotated[int, Field(ge=1)] | None = Field(
-        None, description="stream rows per operator step (each step reads one partition per scanned master)"
-    )
-    lateness: Annotated[float, Field(ge=0)] | None = Field(
-        None,
-        description="allowed lateness of a window join's streams: seconds for TIMESTAMP event times, units of "
-        "an integer time column (as ssbj query --lateness); a later row is a dead letter. Default 0",
-    )
-
-
-class MultiWayJobConfig(EnrichmentJobBase):
-    """A multi-way enrichment job: a SQL SELECT over a stream (or two in a window) and master tables in one database."""
-
-    name: str = "ssbj-multiway-job"
-    stream: MultiWayStream
-    second_stream: SecondStream | None = Field(
-        None, description="a second stream joined with the first within an event-time window (its own source)"
-    )
-    database: Database = Field(description="where the master tables are")
-    masters: dict[str, MultiWayMaster] = Field(description="master tables by the name the SQL uses")
-    sql: str | None = Field(None, description="the SELECT (docs/sql.md)")
-    sql_file: str | None = Field(None, description="file holding the SELECT (relative to the job file)")
-    join: MultiWayJoinSettings = Field(default_factory=lambda: MultiWayJoinSettings.model_validate({}))
-
-    @field_validator("masters")
-    @classmethod
-    def _masters(cls, v: dict[str, MultiWayMaster]) -> dict[str, MultiWayMaster]:
-        if not v:
-            raise ValueError("declare at least one master table")
-        for name in v:
-            identifier(name, "master name")
-        return v
-
-    @model_validator(mode="after")
-    def _query(self) -> MultiWayJobConfig:
-        if (self.sql is None) == (self.sql_file is None):
-            raise ValueError("give exactly one of sql, sql_file")
-        streams = self.stream_names
-        for name in streams:
-            if name in self.masters:
-                raise ValueError(f"{name!r} is both a stream and a master")
-        if len(set(streams)) != len(streams):
-            raise ValueError(f"second_stream.name {streams[1]!r} is the name of the first stream")
-        if self.second_stream is None and self.join.lateness is not None:
-            raise ValueError("join.lateness is for a window join of two streams: declare second_stream")
-        try:
-            names = query_inputs(self.query_text)
-        except SSBJError as exc:
-            raise ValueError(f"{'sql' if self.sql is not None else 'sql_file'}: {exc}") from None
-        known = {*streams, *self.masters}
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise ValueError(
-                f"sql reads {', '.join(unknown)}, neither a stream ({', '.join(streams)}) nor a master "
-                f"({', '.join(self.masters)})"
-            )
-        for name in streams:
-            if name not in names:
-                raise ValueError(f"sql does not read the stream {name!r}")
-        unused = [n for n in self.masters if n not in names]
-        if unused:
-            raise ValueError(f"masters not read by the sql: {', '.join(unused)}")
-        return self
-
-    @property
-    def query_text(self) -> str:
-        """The SELECT, from ``sql`` or ``sql_file``."""
-        if self.sql is not None:
-            return self.sql
-        assert self.sql_file is not None  # noqa: S101  (one of the two, checked above)
-        try:
-            return Path(self.sql_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read sql_file {self.sql_file!r}: {exc}") from None
-
-    @property
-    def stream_schema(self) -> pa.Schema:
-        """Arrow schema of a decoded record of the (first) stream."""
-        return self.stream.arrow_schema
-
-    @property
-    def stream_names(self) -> list[str]:
-        """The names the SQL reads the streams by: the first, and the window-joined one if any."""
-        return [self.stream.name] + ([self.second_stream.name] if self.second_stream is not None else [])
-
-    def streams(self) -> list[tuple[MultiWayStream, FileSource | KafkaSource]]:
-        """Each stream with its source, the first one first."""
-        out: list[tuple[MultiWayStream, FileSource | KafkaSource]] = [(self.stream, self.source)]
-        if self.second_stream is not None:
-            out.append((self.second_stream, self.second_stream.source))
-        return out
-
-
 AnyJobConfig = JobConfig | MultiWayJobConfig
 
 
 def is_multiway(data: Any) -> bool:
     """Whether a job file's data is a multi-way job (it has ``sql`` or ``sql_file``)."""
     return isinstance(data, dict) and ("sql" in data or "sql_file" in data)
-
-
-def parse_multiway_config(data: Any, origin: str = "<config>", base: Path | None = None) -> MultiWayJobConfig:
-    """Validate a multi-way job given as a mapping; a relative ``sql_file`` is relative to ``base``."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{origin}: a job file must be a mapping of sections (source, stream, masters, sql, ...)")
-    sql_file = data.get("sql_file")
-    if base is not None and isinstance(sql_file, str) and not Path(sql_file).is_absolute():
-        data = {**data, "sql_file": str(base / sql_file)}
-    try:
-        return MultiWayJobConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, origin)) from None
 
 
 def load_any_config(path: str | Path) -> AnyJobConfig:

@@ -1,20 +1,25 @@
 """The building blocks of every job file: identifiers, column types, databases, sources, sinks, trigger, quality.
 
-Plain pydantic models, validated at load; :mod:`ssbj.config` (enrichment jobs) and
-:mod:`ssbj.config_cq` (continuous queries) build their job files from them.
+Plain pydantic models, validated at load; :mod:`ssbj.config` (enrichment jobs),
+:mod:`ssbj.config_multiway` (multi-way jobs) and :mod:`ssbj.config_cq` (continuous
+queries) build their job files from them.  Also what every enrichment job file has
+(:class:`EnrichmentJobBase`), and reading a job file and reporting its errors.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ssbj.contracts import TableName
 from ssbj.errors import ConfigError
+from ssbj.units import parse_size
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -233,3 +238,65 @@ def stream_columns(v: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"column name {name!r} is empty or uses the reserved prefix ssbj_")
         arrow_type(t)
     return v
+
+
+def byte_size(v: Any) -> int:
+    """Parse a size once, at validation (``512MiB`` -> bytes); a bare int is bytes already."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"expected a size such as 512MiB or 64MB, got {type(v).__name__}")
+    try:
+        return parse_size(v, "size")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# ---------------------------------------------------------------------- every enrichment job file
+class EnrichmentJobBase(_Model):
+    """What every enrichment job file has: the stream's source, sinks, trigger, checkpoint, Spark, quality.
+
+    :class:`JobConfig` (one master table) and :class:`MultiWayJobConfig` (SQL over several)
+    add their join; the job-file format is theirs, field by field.
+    """
+
+    name: str
+    source: Annotated[FileSource | KafkaSource, Field(discriminator="kind")]
+    sink: SinkConfig
+    dead_letter: SinkConfig
+    trigger: Trigger = Trigger()
+    checkpoint: str
+    spark: SparkSettings = SparkSettings()
+    quality: Quality = Field(default_factory=lambda: Quality.model_validate({}))
+
+    @property
+    def spark_checkpoint(self) -> str:
+        """Spark's checkpoint location."""
+        return str(Path(self.checkpoint) / "spark")
+
+    @property
+    def operator_checkpoint(self) -> str:
+        """The operator's checkpoint directory (next to Spark's)."""
+        return str(Path(self.checkpoint) / "operator")
+
+
+def _format_errors(exc: ValidationError, origin: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after"))
+        loc = loc.replace("schema_", "schema")
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        shown = "" if isinstance(got, dict | list) or got is None or err["type"] == "missing" else f" (got {got!r})"
+        lines.append(f"  {loc or '<top>'}: {msg}{shown}")
+    return f"{origin}: invalid job configuration\n" + "\n".join(lines)
+
+
+def read_job_file(p: Path) -> Any:
+    """Return a job file's YAML; a file that cannot be read or parsed is a ConfigError naming it."""
+    try:
+        return yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read job file {p}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc

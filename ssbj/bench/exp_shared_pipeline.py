@@ -1,7 +1,7 @@
 """Shared vs isolated enrichment jobs end to end (issue 14): Kafka (Tansu) -> Spark -> MariaDB masters -> Parquet.
 
 5 and 10 jobs over two topics (``orders``, ``clicks``: the payloads of
-:mod:`ssbj.bench.exp_shared`) and three master tables in MariaDB, each set run
+:mod:`ssbj.bench.shared_data`) and three master tables in MariaDB, each set run
 
 * **isolated**: one :class:`~ssbj.pipeline.job.EnrichmentJob` per job, one after the
   other on the same Spark session (as separate applications would, each decoding its
@@ -37,7 +37,7 @@ import duckdb
 import pyarrow as pa
 import sqlalchemy as sa
 
-from ssbj.bench import exp_shared as es
+from ssbj.bench import shared_data as es
 from ssbj.config import JobConfig, parse_config
 from ssbj.pipeline.job import EnrichmentJob, spark_session
 from ssbj.pipeline.multijob import MultiJob

@@ -36,8 +36,9 @@ from ssbj.bench.exp_paper import (
 )
 from ssbj.bench.exp_prefetch import exp_prefetch
 from ssbj.bench.exp_refresh import exp_refresh
-from ssbj.bench.exp_shared import Scale, exp_shared_ilp, exp_shared_jobs
+from ssbj.bench.exp_shared import exp_shared_ilp, exp_shared_jobs
 from ssbj.bench.harness import PRESETS, Bench, Json, Preset, exp_calibration
+from ssbj.bench.shared_data import Scale
 from ssbj.errors import ConfigError
 
 __all__ = ["EXPERIMENTS", "PRESETS", "Preset", "run_experiments"]

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ssbj.cq.expr import constant, evaluate, to_array
+from ssbj.cq.expr import constant, evaluate, to_array, where_mask
 from ssbj.cq.values import from_python
 from ssbj.errors import ConfigError
 
@@ -82,10 +81,7 @@ class GroupState:
         """
         plan = self.plan
         resolve = plan.slot_resolver(slots)
-        mask = None
-        for r in plan.residual:
-            m = pc.fill_null(to_array(evaluate(r, resolve, n), n), False)
-            mask = m if mask is None else pc.and_(mask, m)
+        mask = where_mask(plan.residual, resolve, n) if plan.residual else None
         cols: dict[str, pa.Array] = {}
         for i, k in enumerate(plan.keys):
             cols[f"k{i}"] = to_array(evaluate(k, resolve, n), n).cast(self.key_types[i])
@@ -95,9 +91,9 @@ class GroupState:
                 cols[f"a{i}"] = to_array(evaluate(a.arg, resolve, n), n)
         table = pa.table(cols)
         if mask is not None:
-            table = table.filter(mask)
+            table = table.filter(pa.array(mask))
             if plus is not None:
-                plus = plus[np.asarray(mask)]
+                plus = plus[mask]
         return table, plus
 
     def _partial_table(self, table: pa.Table) -> list[tuple[tuple[Any, ...], list[Any]]]:

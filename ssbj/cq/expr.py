@@ -12,9 +12,10 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import decimal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -231,3 +232,12 @@ def to_array(v: Value, length: int) -> pa.Array:
     if isinstance(v, pa.ChunkedArray):
         return v.combine_chunks()
     return _as_array(v, length)
+
+
+def where_mask(conditions: Sequence[Any], resolve: Resolver, length: int) -> np.ndarray:
+    """Return which of ``length`` rows satisfy every condition, as SQL's WHERE: a NULL condition is not."""
+    mask = None
+    for cond in conditions:
+        m = pc.fill_null(to_array(evaluate(cond, resolve, length), length), False)
+        mask = m if mask is None else pc.and_(mask, m)
+    return np.ones(length, np.bool_) if mask is None else np.asarray(mask)

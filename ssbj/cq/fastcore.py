@@ -4,11 +4,11 @@
 table over ``(tag, key words)``, tuple slots with child counts s(t), live flags,
 foreign keys and doubly linked index lists, own slot values as words) and applies a
 micro-batch's changes with :func:`ssbj.cq.kernels.apply_changes`.  Values are encoded on
-the boundary: integer keys as int64 words (a composite key as several words), slot values
-as words per type (a decimal as its two 64-bit halves, a float as its bits, a string as
-a code of a per-slot dictionary).  What it cannot encode (non-integer keys, assertion
-keys, other value types) is refused by :func:`fast_unsupported`; the caller then uses the
-dict-based engine.
+the boundary (:mod:`ssbj.cq.slotcodec`): integer keys as int64 words (a composite key as
+several words), slot values as words per type (a decimal as its two 64-bit halves, a
+float as its bits, a string as a code of a per-slot dictionary).  What it cannot encode
+(non-integer keys, assertion keys, other value types) is refused by
+:func:`fast_unsupported`; the caller then uses the dict-based engine.
 """
 
 from __future__ import annotations
@@ -19,31 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssbj.cq.expr import evaluate, to_array
+from ssbj.cq.expr import evaluate, to_array, where_mask
 from ssbj.cq.kernels import EMPTY, apply_changes, grow
 from ssbj.cq.query import QueryPlan
+from ssbj.cq.slotcodec import SlotCodec, int_words, slot_kind
 from ssbj.errors import CheckpointError
 
 MAX_LOAD = 0.7  # the hash grows before a batch could take it past this load
-
-
-def _kind(t: pa.DataType) -> tuple[str, int] | None:
-    """How a slot of type ``t`` is stored: (kind, words), or None if not supported."""
-    if pa.types.is_boolean(t):
-        return "bool", 1
-    if pa.types.is_integer(t) and t != pa.uint64():
-        return "int", 1
-    if pa.types.is_decimal128(t):
-        return "dec", 2
-    if pa.types.is_floating(t):
-        return "float", 1
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return "i32view", 1
-    if pa.types.is_date64(t) or pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t):
-        return "i64view", 1
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "str", 1
-    return None
 
 
 def fast_unsupported(plan: QueryPlan) -> str | None:
@@ -58,16 +40,9 @@ def fast_unsupported(plan: QueryPlan) -> str | None:
             if not pa.types.is_integer(t) or t == pa.uint64():
                 return f"key column {a}.{col} of type {t} (integer keys only)"
     for s in plan.slots:
-        if s.type is None or _kind(s.type) is None:
+        if s.type is None or slot_kind(s.type) is None:
             return f"slot {s.node.sql()} of type {s.type}"
     return None
-
-
-def _int_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """int64 values (0 where NULL) and the NULL mask of an integer column."""
-    if not arr.null_count:  # the common case: no fill, no mask
-        return np.asarray(arr if arr.type == pa.int64() else arr.cast(pa.int64())), np.zeros(len(arr), bool)
-    return np.asarray(pc.fill_null(arr, 0).cast(pa.int64())), np.asarray(arr.is_null())
 
 
 class FastCore:
@@ -97,8 +72,8 @@ class FastCore:
         self.k = max(len(plan.tables[r].primary_key) for r in rels)
         self.maxc = max(1, *(len(plan.aliases[a].children) for a in order))
         self.max_al = max(len(plan.aliases_of(r)) for r in rels)
-        kinds = [_kind(s.type) for s in plan.slots]  # type: ignore[arg-type]
-        self.kinds: list[tuple[str, int]] = [k for k in kinds if k is not None]
+        self.codec = SlotCodec(plan)
+        self.kinds = self.codec.kinds
         node_vw = np.zeros(nn, np.int64)
         node_ns = np.zeros(nn, np.int64)
         self.word_off: dict[int, int] = {}  # slot index -> word offset within its node's values
@@ -164,8 +139,6 @@ class FastCore:
             step_noff,
             rel_nodes,
         )
-        self.dicts: dict[int, list[str]] = {si: [] for si, k in enumerate(self.kinds) if k[0] == "str"}
-        self._codes: dict[int, dict[str, int]] = {si: {} for si in self.dicts}
         self.cnt = np.zeros(3, np.int64)  # hash entries, free slots, high-water mark
         self.hk = np.full((1024, 2 + self.k), EMPTY, np.int64)  # rows: tag, key words, value
         self.d_hash = np.zeros(1024, np.uint8)  # dirty flag per hash row
@@ -208,67 +181,10 @@ class FastCore:
             self._alloc_tuples(max(2 * cap, hw + new_slots))
 
     # -- the boundary
-    def _encode(self, si: int, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """Words [n, w] and NULL flags of slot ``si``'s values (0 where NULL)."""
-        kind, nw = self.kinds[si]
-        n = len(arr)
-        nulls = np.asarray(arr.is_null()) if arr.null_count else np.zeros(n, bool)
-        words = np.zeros((n, nw), np.int64)
-        if n == 0:
-            return words, nulls
-        if kind in ("int", "bool"):
-            words[:, 0] = np.asarray(pc.fill_null(arr, 0 if kind == "int" else False).cast(pa.int64()))
-        elif kind == "dec":
-            buf = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset : 2 * (arr.offset + n)]
-            words[:] = buf.reshape(n, 2)
-        elif kind == "float":
-            words[:, 0] = np.asarray(pc.fill_null(arr.cast(pa.float64()), 0.0)).view(np.int64)
-        elif kind == "i32view":
-            words[:, 0] = np.asarray(pc.fill_null(arr.view(pa.int32()), 0))
-        elif kind == "i64view":
-            words[:, 0] = np.asarray(pc.fill_null(arr.view(pa.int64()), 0))
-        else:  # a string: its code in the slot's dictionary
-            arr = arr.cast(pa.string())
-            uniq = pc.unique(arr.drop_null())
-            codes = self._codes[si]
-            values = self.dicts[si]
-            lut = np.empty(len(uniq), np.int64)
-            for i, v in enumerate(uniq.to_pylist()):
-                c = codes.get(v)
-                if c is None:
-                    c = codes[v] = len(values)
-                    values.append(v)
-                lut[i] = c
-            idx = np.asarray(pc.fill_null(pc.index_in(arr, value_set=uniq), 0))
-            words[:, 0] = lut[idx] if len(lut) else 0
-        if nulls.any():
-            words[nulls] = 0
-        return words, nulls
-
-    def _decode(self, si: int, words: np.ndarray, nulls: np.ndarray) -> pa.Array:
-        """Invert :meth:`_encode` for one slot's words [n, w]."""
-        kind, _ = self.kinds[si]
-        t = self.plan.slots[si].type
-        n = len(words)
-        mask = nulls.astype(bool) if nulls.any() else None
-        w0 = np.ascontiguousarray(words[:, 0])
-        if kind == "int":
-            return pa.array(w0, pa.int64(), mask=mask).cast(t)
-        if kind == "bool":
-            return pa.array(w0 != 0, pa.bool_(), mask=mask)
-        if kind == "float":
-            return pa.array(w0.view(np.float64), pa.float64(), mask=mask).cast(t)
-        if kind == "i32view":
-            return pa.array(w0.astype(np.int32), pa.int32(), mask=mask).view(t)
-        if kind == "i64view":
-            return pa.array(w0, pa.int64(), mask=mask).view(t)
-        if kind == "dec":
-            data = pa.py_buffer(np.ascontiguousarray(words[:, :2]).tobytes())
-            valid = None if mask is None else pa.array(~mask, pa.bool_()).buffers()[1]
-            return pa.Array.from_buffers(t, n, [valid, data], null_count=-1)
-        dictionary = pa.array(self.dicts[si], pa.string())
-        out = dictionary.take(pa.array(w0, pa.int64(), mask=mask)) if n else pa.array([], pa.string())
-        return out.cast(t)
+    @property
+    def dicts(self) -> dict[int, list[str]]:
+        """The string slots' dictionaries (part of the state)."""
+        return self.codec.dicts
 
     def prepare(self, relation: str, table: pa.Table) -> dict[str, np.ndarray]:
         """Return a relation's validated change rows as the kernel's per-row arrays."""
@@ -277,7 +193,7 @@ class FastCore:
         k, a_max, mc = self.k, self.max_al, self.maxc
         pk = np.zeros((n, k), np.int64)
         for j, col in enumerate(plan.tables[relation].primary_key):
-            pk[:, j] = _int_words(table.column(col).combine_chunks())[0]
+            pk[:, j] = int_words(table.column(col).combine_chunks())[0]
         sel = np.zeros((n, a_max), np.bool_)
         fk = np.zeros((n, a_max, mc, k), np.int64)
         fkn = np.zeros((n, a_max, mc), np.int8)
@@ -286,22 +202,15 @@ class FastCore:
         for j, a in enumerate(plan.aliases_of(relation)):
             ap = plan.aliases[a]
             resolve = plan.column_resolver(a, table)
-            if ap.selection:
-                mask = None
-                for cond in ap.selection:
-                    m = pc.fill_null(to_array(evaluate(cond, resolve, n), n), False)
-                    mask = m if mask is None else pc.and_(mask, m)
-                sel[:, j] = np.asarray(mask)
-            else:
-                sel[:, j] = True
+            sel[:, j] = where_mask(ap.selection, resolve, n)
             for i, c in enumerate(ap.children):
                 for q, col in enumerate(plan.aliases[c].parent_fk):
-                    v, nul = _int_words(table.column(col).combine_chunks())
+                    v, nul = int_words(table.column(col).combine_chunks())
                     fk[:, j, i, q] = v
                     fkn[:, j, i] |= nul
             for q, si in enumerate(ap.slots):
                 arr = to_array(evaluate(plan.slots[si].node, resolve, n), n)
-                words, nulls = self._encode(si, arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr)
+                words, nulls = self.codec.encode(si, arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr)
                 off = self.word_off[si]
                 val[:, j, off : off + words.shape[1]] = words
                 valn[:, j, q] = nulls
@@ -382,7 +291,7 @@ class FastCore:
         out: list[pa.Array] = []
         for si, (_, nw) in enumerate(self.kinds):
             wo, no = self.out_pos[si]
-            out.append(self._decode(si, words[:, wo : wo + nw], nulls[:, no]))
+            out.append(self.codec.decode(si, words[:, wo : wo + nw], nulls[:, no]))
         return out
 
     # -- state
@@ -456,7 +365,7 @@ class FastCore:
         for name in self.TUPLE_ARRAYS:
             getattr(self, name)[:hw] = arrays[name]
         self.t_free[: int(self.cnt[1])] = arrays["t_free"]
-        self._set_dicts(dicts)
+        self.codec.set_dicts(dicts)
 
     def apply_increment(self, arrays: dict[str, np.ndarray], dicts: dict[int, list[str]], where: str) -> None:
         """Patch the state with :meth:`increment_arrays` taken right after the state it was restored to."""
@@ -476,11 +385,7 @@ class FastCore:
             getattr(self, name)[s_idx] = arrays[name]
         self.cnt = arrays["cnt"].copy()
         self.t_free[: int(self.cnt[1])] = arrays["t_free"]
-        self._set_dicts(dicts)
-
-    def _set_dicts(self, dicts: dict[int, list[str]]) -> None:
-        self.dicts = {int(si): list(v) for si, v in dicts.items()}
-        self._codes = {si: {v: i for i, v in enumerate(vals)} for si, vals in self.dicts.items()}
+        self.codec.set_dicts(dicts)
 
     def state(self) -> dict[str, Any]:
         """Return the state comparably: tuple arrays as bytes, hash entries sorted (layout-free)."""

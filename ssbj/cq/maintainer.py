@@ -1,16 +1,14 @@
 """A continuous query maintained under a sequence of inserts and deletes, micro-batch by micro-batch.
 
-:class:`ContinuousQuery` wires the plan's join tree into :class:`ssbj.cq.engine.Node`
-objects, applies a micro-batch of changes in ``_seq`` order across relations (the
-vectorised work, casting, selections, keys and slot values, is done per relation with
-Arrow before the per-change loop), dead-letters what cannot be applied, and returns the
-batch's delta of the answer.  Its whole state checkpoints to a directory and restores
-exactly.
+:class:`ContinuousQuery` applies a micro-batch of changes in ``_seq`` order across
+relations, dead-letters what cannot be applied, and returns the batch's delta of the
+answer.  Its whole state checkpoints to a directory and restores exactly.
 
 Two engines keep the live tuples, with the same answers, deltas and dead letters:
 ``fast`` (:mod:`ssbj.cq.fastcore`, arrays and numba kernels, the default where it
-applies) and ``reference`` (:class:`ssbj.cq.engine.Node`, dicts of tuples, for what the
-fast one cannot encode: assertion keys, non-integer keys).  ``engine="auto"`` picks
+applies) and ``reference`` (:mod:`ssbj.cq.refcore`: a tree of
+:class:`ssbj.cq.engine.Node`, dicts of tuples, for what the fast one cannot encode:
+assertion keys, non-integer keys).  ``engine="auto"`` picks
 ``fast`` when :func:`ssbj.cq.fastcore.fast_unsupported` finds nothing, else ``reference``.
 """
 
@@ -23,18 +21,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.cq import ckfile
 from ssbj.cq.aggregate import GroupState
 from ssbj.cq.changes import OP, POS, SEQ, DeadLetter, _row_json, validate
-from ssbj.cq.engine import Node
-from ssbj.cq.expr import evaluate, to_array
 from ssbj.cq.fastcore import FastCore, fast_unsupported
 from ssbj.cq.kernels import ABSENT, PRESENT, STALE
 from ssbj.cq.query import QueryPlan
-from ssbj.cq.values import to_python
+from ssbj.cq.refcore import RefCore
 from ssbj.errors import CheckpointError, ConfigError
 
 ENGINES = ("auto", "fast", "reference")
@@ -56,15 +51,28 @@ class BatchDelta:
     dead: list[DeadLetter]
 
 
-def _keys(table: pa.Table, cols: tuple[str, ...]) -> list[Any]:
-    """Key values per row: a scalar for one column, a tuple for several (None if any part is NULL)."""
-    if len(cols) == 1:
-        values: list[Any] = table.column(cols[0]).to_pylist()
-        return values
-    parts = [table.column(c).to_pylist() for c in cols]
-    if not any(table.column(c).null_count for c in cols):
-        return list(zip(*parts, strict=True))
-    return [None if None in t else t for t in zip(*parts, strict=True)]
+def _dead(relation: str, table: pa.Table, i: int, code: int) -> DeadLetter:
+    """Return the dead letter of row ``i`` of a relation's changes, refused for reason ``code``."""
+    return DeadLetter(
+        relation,
+        table.column(SEQ)[i].as_py(),
+        int(table.column(POS)[i].as_py()),
+        _REASONS[code],
+        _row_json(table.drop_columns([POS]), i),
+    )
+
+
+def slot_layout(plan: QueryPlan) -> list[int]:
+    """Return the slots a join result carries, in order: each alias's own, then its children's subtrees."""
+    out: list[int] = []
+
+    def walk(alias: str) -> None:
+        out.extend(plan.aliases[alias].slots)
+        for c in plan.aliases[alias].children:
+            walk(c)
+
+    walk(plan.root)
+    return out
 
 
 class ContinuousQuery:
@@ -78,25 +86,12 @@ class ContinuousQuery:
             raise ConfigError(f"continuous query: the fast engine cannot run this query: {why}")
         self.engine = "fast" if engine != "reference" and why is None else "reference"
         self.plan = plan
-        self.nodes: dict[str, Node] = {a: Node(a) for a in plan.order}
-        for a in plan.order:
-            ap, node = plan.aliases[a], self.nodes[a]
-            node.children = [self.nodes[c] for c in ap.children]
-            node.nc = len(node.children)
-            node.index = [{} for _ in node.children]
-            for pos, c in enumerate(node.children):
-                c.parent = node
-                c.parent_pos = pos
-        root = self.nodes[plan.root]
-        root.is_root = True
-        root.sink = ([], [])
-        layout: list[int] = []
-        self._layout(plan.root, layout)
+        layout = slot_layout(plan)
         self.groups = GroupState(plan)
         self.groups.layout = layout
-        self._assert_plans()
         self.fast = FastCore(plan, layout) if self.engine == "fast" else None
-        self.present: dict[str, set[Any]] = {r: set() for r in plan.relations()}
+        self.ref = RefCore(plan) if self.fast is None else None
+        self._relations = frozenset(plan.relations())
         self.last_seq: int | None = None
         self.applied = 0
         self.join_rows = 0  # join results that entered or left ΔQ (the array engine's work counter, not state)
@@ -105,62 +100,7 @@ class ContinuousQuery:
         self.chain: tuple[str, int] | None = None
         self._pending: tuple[str, int] | None = None
 
-    def _layout(self, alias: str, out: list[int]) -> int:
-        node = self.nodes[alias]
-        out.extend(self.plan.aliases[alias].slots)
-        n = len(self.plan.aliases[alias].slots)
-        for c in self.plan.aliases[alias].children:
-            n += self._layout(c, out)
-        node.nslots = n
-        return n
-
-    def _assert_plans(self) -> None:
-        """Per node, the assertion classes its subtree holds: own column, children's exports, export or check."""
-        plan = self.plan
-        exports: dict[str, list[int]] = {}
-        for alias in reversed(plan.order):  # children before parents
-            ap, node = plan.aliases[alias], self.nodes[alias]
-            own = {cls: i for i, (cls, _) in enumerate(ap.assert_cols)}
-            classes = sorted(set(own) | {cls for c in ap.children for cls in exports[c]})
-            out: list[int] = []
-            for cls in classes:
-                from_children = [(ci, exports[c].index(cls)) for ci, c in enumerate(ap.children) if cls in exports[c]]
-                export = plan.asserts[cls].lca != alias
-                node.assert_plan.append((own.get(cls, -1), from_children, export))
-                if export:
-                    out.append(cls)
-            exports[alias] = out
-
     # -- one micro-batch
-    def _prepare(self, relation: str, table: pa.Table) -> tuple[list[Any], list[bool], list[Any]]:
-        """Per-row keys, ops and, per alias of ``relation``, (node, selected, fks, slots, assertion values)."""
-        plan = self.plan
-        spec = plan.tables[relation]
-        n = table.num_rows
-        pks = _keys(table, spec.primary_key)
-        ins = np.asarray(pc.equal(table.column(OP), "+")).tolist()
-        per_alias = []
-        for a in plan.aliases_of(relation):
-            ap = plan.aliases[a]
-            node = self.nodes[a]
-            resolve = plan.column_resolver(a, table)
-            if ap.selection:
-                mask = None
-                for cond in ap.selection:
-                    m = pc.fill_null(to_array(evaluate(cond, resolve, n), n), False)
-                    mask = m if mask is None else pc.and_(mask, m)
-                sel = np.asarray(mask).tolist()
-            else:
-                sel = [True] * n
-            fk_cols = [_keys(table, plan.aliases[c].parent_fk) for c in ap.children]
-            fks = list(zip(*fk_cols, strict=True)) if fk_cols else [()] * n
-            slot_cols = [to_python(to_array(evaluate(plan.slots[i].node, resolve, n), n)) for i in ap.slots]
-            local = list(zip(*slot_cols, strict=True)) if slot_cols else [()] * n
-            asrt_cols = [table.column(col).to_pylist() for _, col in ap.assert_cols]
-            asrt = list(zip(*asrt_cols, strict=True)) if asrt_cols else [()] * n
-            per_alias.append((node, sel, fks, local, asrt))
-        return pks, ins, per_alias
-
     def apply(self, batch: dict[str, pa.Table]) -> BatchDelta:
         """Apply one micro-batch (rows with ``_op``/``_seq``, any relations, any order); its delta."""
         plan = self.plan
@@ -169,7 +109,7 @@ class ContinuousQuery:
         raw: list[pa.Table] = []
         seqs, rel_ix, row_ix = [], [], []
         for relation, table in batch.items():
-            if relation not in plan.tables or relation not in self.present:
+            if relation not in plan.tables or relation not in self._relations:
                 continue  # a relation the query does not read
             if POS not in table.column_names:
                 table = table.append_column(POS, pa.array(np.arange(table.num_rows, dtype=np.int64)))
@@ -222,7 +162,7 @@ class ContinuousQuery:
         bad = np.flatnonzero(status)
         for k in bad.tolist():
             r = int(rels[k])
-            dead.append(self._dead(names[r], raw[r], int(rows[k]), _REASONS[int(status[k])]))
+            dead.append(_dead(names[r], raw[r], int(rows[k]), int(status[k])))
         self.applied += len(status) - len(bad)
         self.join_rows += len(plus)
         return self.groups.apply_slots(slots, plus)
@@ -237,52 +177,20 @@ class ContinuousQuery:
         dead: list[DeadLetter],
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """Apply sorted changes with the dict engine, one by one."""
-        prepared = [(name, *self._prepare(name, table)) for name, table in zip(names, raw, strict=True)]
-        root = self.nodes[self.plan.root]
-        plus, minus = root.sink
-        rels, rows, stale_l = rels_a.tolist(), rows_a.tolist(), stale.tolist()
-        present = [self.present[p[0]] for p in prepared]
-        applied = 0
-        for k in range(len(rels)):
-            r, i = rels[k], rows[k]
-            relation, pks, ins, per_alias = prepared[r]
-            if stale_l[k]:
-                dead.append(self._dead(relation, raw[r], i, _REASONS[STALE]))
-                continue
-            pk = pks[i]
-            have = present[r]
-            if ins[i]:
-                if pk in have:
-                    dead.append(self._dead(relation, raw[r], i, _REASONS[PRESENT]))
-                    continue
-                have.add(pk)
-                for node, sel, fks, local, asrt in per_alias:
-                    if sel[i]:
-                        node.insert(pk, fks[i], local[i], asrt[i])
-            else:
-                if pk not in have:
-                    dead.append(self._dead(relation, raw[r], i, _REASONS[ABSENT]))
-                    continue
-                have.discard(pk)
-                for node, _, _, _, _ in per_alias:
-                    if pk in node.rows:
-                        node.delete(pk)
-            applied += 1
+
+        def reject(r: int, i: int, code: int) -> None:
+            dead.append(_dead(names[r], raw[r], i, code))
+
+        applied, plus, minus = self._ref().apply(names, raw, rels_a, rows_a, stale, reject)
         self.applied += applied
         removed, added = self.groups.apply(plus, minus)
         plus.clear()
         minus.clear()
         return removed, added
 
-    @staticmethod
-    def _dead(relation: str, table: pa.Table, i: int, reason: str) -> DeadLetter:
-        return DeadLetter(
-            relation,
-            table.column(SEQ)[i].as_py(),
-            int(table.column(POS)[i].as_py()),
-            reason,
-            _row_json(table.drop_columns([POS]), i),
-        )
+    def _ref(self) -> RefCore:
+        assert self.ref is not None  # noqa: S101  (the dict engine runs where the array one does not)
+        return self.ref
 
     # -- the answer
     def result(self) -> pa.Table:
@@ -325,11 +233,7 @@ class ContinuousQuery:
 
     def state(self) -> dict[str, Any]:
         """Everything the answer and future changes depend on (compared exactly in tests)."""
-        core = (
-            self.fast.state()
-            if self.fast is not None
-            else {"nodes": {a: n.state() for a, n in self.nodes.items()}, "present": self.present}
-        )
+        core = self.fast.state() if self.fast is not None else self._ref().state()
         return {
             "engine": self.engine,
             **core,
@@ -447,9 +351,7 @@ class ContinuousQuery:
             cq.applied = data["applied"]
             return cq
         st = data["state"]
-        for a, n in cq.nodes.items():
-            n.load(st["nodes"][a])
-        cq.present = st["present"]
+        cq._ref().load(st)
         cq.groups.groups = st["groups"]
         cq.last_seq = st["last_seq"]
         cq.applied = st["applied"]

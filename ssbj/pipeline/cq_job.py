@@ -12,7 +12,6 @@ checkpoints under the batch id.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +30,8 @@ from ssbj.pipeline.cq_processor import CqProcessor, CqTotals
 from ssbj.pipeline.cq_records import DecodedChanges, decode_batch, snapshot_changes
 from ssbj.pipeline.factory import build_sink
 from ssbj.pipeline.job import files_reader, kafka_reader, spark_session
-from ssbj.pipeline.restarts import run_restarting
+from ssbj.pipeline.restarts import RestartingJob
 from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
-from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.cq.job")
 
@@ -137,7 +135,7 @@ def build_processor(cfg: CqJobConfig) -> CqProcessor:
     )
 
 
-class CqJob:
+class CqJob(RestartingJob):
     """One continuous-query job: the streaming query, its restarts after outages, and its counts."""
 
     def __init__(
@@ -151,12 +149,9 @@ class CqJob:
         self.cfg = cfg
         self.spark = spark
         self.on_progress = on_progress
-        self.max_restarts = max_restarts
-        self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
-        self.stop_event = threading.Event()
+        super().__init__(max_restarts, restart_backoff)
         self.processor = build_processor(cfg)
         self.formats: dict[str, str] = {r: s.format for r, s in cfg.sources.items() if isinstance(s, FileChanges)}
-        self._error: BaseException | None = None
         self._batches = 0
         self.query: Any = None
 
@@ -205,25 +200,12 @@ class CqJob:
             if self._error is not None or self.query.exception() is not None:
                 raise ServiceError(f"the Spark query failed: {self.query.exception()}")
 
-        restarts = run_restarting(
-            attempt,
-            lambda: self._error,
-            self._stop_query,
-            self.processor.reset,
-            self.stop_event,
-            self.max_restarts,
-            self.restart_policy,
-            log,
-        )
+        restarts = self._run_restarting(attempt, self._stop_query, self.processor.reset, log)
         return CqRunSummary(self._batches, self.processor.totals, self.processor.last_progress, restarts)
 
     def _stop_query(self) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
-
-    def stop(self) -> None:
-        """Ask the job to stop after the running batch."""
-        self.stop_event.set()
 
 
 def validate_cq_job(cfg: CqJobConfig) -> list[str]:

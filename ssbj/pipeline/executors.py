@@ -57,7 +57,7 @@ from ssbj.core.operator import SemiStreamJoin
 from ssbj.core.shards import HashRouter, Router, route_column
 from ssbj.credentials import engine_for_url, needs_local_infile
 from ssbj.errors import StateError
-from ssbj.pipeline.factory import read_ahead
+from ssbj.pipeline.factory import master_scan, read_ahead
 from ssbj.pipeline.partwriter import parts_sink
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import Decoded, decoder
@@ -326,18 +326,7 @@ def _sink(cfg: DatabaseSink | ParquetSink, url: SecretStr | None) -> WarehouseSi
 
 def shard_scan(job: ExecutorJob, shard: int, layout: dict[str, Any] | None, partition_rows: int) -> SqlMasterScan:
     """Shard ``shard``'s share of R, in partitions of ``partition_rows`` rows."""
-    m = job.cfg.master
-    return SqlMasterScan(
-        engine_for_url(job.master_url),
-        m.table,
-        m.key,
-        partition_rows,
-        columns=m.columns,
-        page_column=m.page_column,
-        layout=layout,
-        reader=m.reader,
-        shard=(job.router, shard),
-    )
+    return master_scan(job.cfg.master, engine_for_url(job.master_url), layout, partition_rows, (job.router, shard))
 
 
 def _share_schema(job: ExecutorJob, shard: int) -> pa.Schema:

@@ -15,10 +15,11 @@ from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.adapters.sink_parquet import ParquetDirSink
 from ssbj.adapters.sink_sql import SqlTableSink
 from ssbj.adapters.sql_common import is_transient
-from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig, KafkaSource, ParquetSink
+from ssbj.config import AnyJobConfig, DatabaseSink, JobConfig, KafkaSource, Master, ParquetSink
 from ssbj.contracts import CheckpointedMasterScan, TableName, WarehouseSink
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.prefetch import PrefetchingScan
+from ssbj.core.shards import Router
 from ssbj.credentials import engine, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError, DependencyError, InputError, ServiceError, SSBJError, StateError, TransientError
 from ssbj.pipeline import shardplan
@@ -52,6 +53,27 @@ def read_ahead(scan: SqlMasterScan, depth: int) -> CheckpointedMasterScan:
     return PrefetchingScan(scan, depth) if depth and not in_memory else scan
 
 
+def master_scan(
+    m: Master,
+    eng: sa.Engine,
+    layout: dict[str, Any] | None,
+    partition_rows: int,
+    shard: tuple[Router, int] | None = None,
+) -> SqlMasterScan:
+    """Return the scan of the job's ``master`` table through ``eng`` (``shard``: one shard's share of it)."""
+    return SqlMasterScan(
+        eng,
+        m.table,
+        m.key,
+        partition_rows,
+        columns=m.columns,
+        page_column=m.page_column,
+        layout=layout,
+        reader=m.reader,
+        shard=shard,
+    )
+
+
 class MasterSource:
     """The configured master table: opens scans with a given layout and counts its rows."""
 
@@ -61,18 +83,7 @@ class MasterSource:
 
     def scan(self, layout: dict[str, Any] | None, partition_rows: int) -> CheckpointedMasterScan:
         """Return a scan of R in partitions of ``partition_rows`` rows, with a saved layout or a new one."""
-        m = self.cfg
-        scan = SqlMasterScan(
-            self.engine,
-            m.table,
-            m.key,
-            partition_rows,
-            columns=m.columns,
-            page_column=m.page_column,
-            layout=layout,
-            reader=m.reader,
-        )
-        return read_ahead(scan, m.prefetch)
+        return read_ahead(master_scan(self.cfg, self.engine, layout, partition_rows), self.cfg.prefetch)
 
     def schema(self) -> pa.Schema:
         """Return the schema of the projected columns (reflection only, R is not read)."""

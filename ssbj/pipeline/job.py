@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,10 +23,9 @@ from ssbj.pipeline.multiway_masters import STREAM_TAG
 from ssbj.pipeline.observe import StepObserver
 from ssbj.pipeline.processor import EnrichmentProcessor
 from ssbj.pipeline.records import decoder
-from ssbj.pipeline.restarts import run_restarting
+from ssbj.pipeline.restarts import RestartingJob
 from ssbj.pipeline.shardedrun import ShardedRun
 from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
-from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.job")
 
@@ -128,7 +126,7 @@ def kafka_reader(spark: Any, src: KafkaSource, ranges: bool = False) -> Any:
     return reader.load()
 
 
-class EnrichmentJob:
+class EnrichmentJob(RestartingJob):
     """One configured job: builds the processor, runs the streaming query, drains, restarts on outages."""
 
     def __init__(
@@ -145,11 +143,8 @@ class EnrichmentJob:
         self.run_id = run_id
         self.spark = spark
         self.on_progress = on_progress
-        self.max_restarts = max_restarts
+        super().__init__(max_restarts, restart_backoff)
         self.restart_backoff = restart_backoff
-        # query restarts after an outage outlasted the adapters' own retries
-        self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
-        self.stop_event = threading.Event()
         self.processor: EnrichmentProcessor | ShardedRun | MultiWayProcessor
         if isinstance(cfg, MultiWayJobConfig):  # a SQL query over the stream and several masters
             self.processor = build_multiway_processor(cfg, DirectoryStore(cfg.operator_checkpoint))
@@ -161,7 +156,6 @@ class EnrichmentJob:
             else:
                 self.processor = factory.build_processor(cfg, DirectoryStore(cfg.operator_checkpoint), observer)
             self._decode = decoder(cfg)
-        self._error: BaseException | None = None
         self._batches = 0
         self._last_batch_time = time.monotonic()
         self.query: Any = None
@@ -216,16 +210,7 @@ class EnrichmentJob:
             if self._error is not None or self.query.exception() is not None:
                 raise ServiceError(f"the Spark query failed: {self.query.exception()}")
 
-        restarts = run_restarting(
-            attempt,
-            lambda: self._error,
-            self._stop_query,
-            self.processor.reset,
-            self.stop_event,
-            self.max_restarts,
-            self.restart_policy,
-            log,
-        )
+        restarts = self._run_restarting(attempt, self._stop_query, self.processor.reset, log)
         drained = False
         if self.cfg.trigger.mode == "available-now" and not self.stop_event.is_set():
             p = self.processor.drain(self._committed)
@@ -258,7 +243,3 @@ class EnrichmentJob:
     def _stop_query(self) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
-
-    def stop(self) -> None:
-        """Ask the job to stop after the running batch (safe from a signal handler or another thread)."""
-        self.stop_event.set()

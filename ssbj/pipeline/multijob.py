@@ -12,7 +12,6 @@ and counts. ``available-now`` runs drain every waiting tuple once all queries ha
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,9 +25,8 @@ from ssbj.pipeline import multiconf
 from ssbj.pipeline.audit import Warehouse
 from ssbj.pipeline.job import source_frame, spark_session
 from ssbj.pipeline.multiprocessor import MultiProcessor
-from ssbj.pipeline.restarts import run_restarting
+from ssbj.pipeline.restarts import RestartingJob
 from ssbj.pipeline.streaming import ProgressCallback, publish_progress, start_foreach_batch
-from ssbj.retry import RetryPolicy
 
 log = logging.getLogger("ssbj.job")
 
@@ -44,7 +42,7 @@ class MultiRunSummary:
     switched: bool
 
 
-class MultiJob:
+class MultiJob(RestartingJob):
     """Jobs of one application (:func:`ssbj.pipeline.multiconf.check`), run on shared scans."""
 
     def __init__(
@@ -61,12 +59,9 @@ class MultiJob:
         self.root = Path(checkpoint)
         self.spark = spark
         self.on_progress = on_progress
-        self.max_restarts = max_restarts
-        self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
+        super().__init__(max_restarts, restart_backoff)
         self.run_id = run_id
         self.processor = MultiProcessor(self.jobs, self.root)
-        self.stop_event = threading.Event()
-        self._error: BaseException | None = None
         self._calls = 0
         self._last_call = time.monotonic()
         self.queries: list[Any] = []
@@ -121,16 +116,7 @@ class MultiJob:
             if self._error is not None or failed:
                 raise ServiceError(f"a Spark query failed: {failed[0] if failed else self._error}")
 
-        restarts = run_restarting(
-            attempt,
-            lambda: self._error,
-            self._stop_queries,
-            self.processor.reset,
-            self.stop_event,
-            self.max_restarts,
-            self.restart_policy,
-            log,
-        )
+        restarts = self._run_restarting(attempt, self._stop_queries, self.processor.reset, log)
         drained = False
         if self.jobs.first.trigger.mode == "available-now" and not self.stop_event.is_set():
             p = self.processor.drain()
@@ -181,7 +167,3 @@ class MultiJob:
         for q in self.queries:
             if q.isActive:
                 q.stop()
-
-    def stop(self) -> None:
-        """Ask the run to stop after the running batches (safe from a signal handler)."""
-        self.stop_event.set()

@@ -3,6 +3,7 @@
 Only a :class:`~ssbj.errors.TransientError` (a database or broker outage, a lost executor)
 restarts the query, at most ``max_restarts`` times, after the retry policy's delay; the job
 then reloads its committed state and Spark replays what was not committed.
+:class:`RestartingJob` is what every streaming job keeps for that.
 """
 
 from __future__ import annotations
@@ -75,3 +76,40 @@ def run_restarting(
             if stop_event.wait(delay):
                 return restarts
             reset()  # reload the committed state: the failed batch may have half-run
+
+
+class RestartingJob:
+    """What a streaming job keeps to restart its queries: the limit, the policy, the stop request, a batch's error.
+
+    The job's batch function records what it raised in ``_error`` (Spark wraps it).
+    """
+
+    def __init__(self, max_restarts: int, restart_backoff: float) -> None:
+        self.max_restarts = max_restarts
+        # query restarts after an outage outlasted the adapters' own retries
+        self.restart_policy = RetryPolicy(max_restarts + 1, restart_backoff, max(60.0, restart_backoff))
+        self.stop_event = threading.Event()
+        self._error: BaseException | None = None
+
+    def _run_restarting(
+        self,
+        attempt: Callable[[], None],
+        stop_queries: Callable[[], None],
+        reset: Callable[[], None],
+        log: logging.Logger,
+    ) -> int:
+        """:func:`run_restarting` with this job's recorded error, stop request, limit and policy."""
+        return run_restarting(
+            attempt,
+            lambda: self._error,
+            stop_queries,
+            reset,
+            self.stop_event,
+            self.max_restarts,
+            self.restart_policy,
+            log,
+        )
+
+    def stop(self) -> None:
+        """Ask the job to stop after the running batches (safe from a signal handler or another thread)."""
+        self.stop_event.set()

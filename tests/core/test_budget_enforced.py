@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from core_scenarios import drifting
 from reference import as_multiset, batch_join
 
 from ssbj.core import ArrowMaster, CostModel, JoinSpec, SemiStreamJoin, plan_memory
@@ -90,27 +91,6 @@ def live_bytes(op: SemiStreamJoin) -> int:
     return total
 
 
-def _drifting(n_master: int, n_stream: int, seed: int = 3) -> tuple[pa.Table, pa.Table]:
-    """R with repeated keys; a Zipf-1 stream whose hot set changes every quarter."""
-    rng = np.random.default_rng(seed)
-    master = pa.table(
-        {
-            "mid": np.arange(n_master, dtype=np.int64),
-            "mk": rng.integers(0, n_master, n_master),
-            "attr": rng.integers(0, 100, n_master),
-        }
-    )
-    p = 1.0 / np.arange(1, n_master + 1)
-    p /= p.sum()
-    ranks = rng.choice(n_master, n_stream, p=p)
-    keys = np.empty(n_stream, dtype=np.int64)
-    for q in range(4):
-        sl = slice(q * n_stream // 4, (q + 1) * n_stream // 4)
-        keys[sl] = rng.permutation(n_master)[ranks[sl]]
-    stream = pa.table({"sid": np.arange(n_stream, dtype=np.int64), "sk": keys})
-    return stream, master
-
-
 def _op(
     stream: pa.Table, master: pa.Table, budget: int, algorithm: str = "ssbj", prefetch: int = 0
 ) -> tuple[SemiStreamJoin, JoinSpec]:
@@ -144,7 +124,7 @@ def _settled(op: SemiStreamJoin) -> SemiStreamJoin:
 @pytest.mark.parametrize("prefetch", [0, 1, 2])
 @pytest.mark.parametrize("algorithm", ["ssbj", "meshjoin"])
 def test_accounted_bytes_equal_live_arrays(algorithm: str, prefetch: int) -> None:
-    stream, master = _drifting(20_000, 60_000)
+    stream, master = drifting(20_000, 60_000)
     op, _ = _op(stream, master, 300_000, algorithm, prefetch)
     checked = queued = 0
     for r in op.run(stream.to_batches(max_chunksize=4_000)):
@@ -163,7 +143,7 @@ def test_accounted_bytes_equal_live_arrays(algorithm: str, prefetch: int) -> Non
     ("budget", "prefetch"), [(60_000, 0), (150_000, 0), (400_000, 0), (60_000, 1), (150_000, 1), (400_000, 2)]
 )
 def test_peak_within_budget_through_drift_eviction_and_restore(budget: int, prefetch: int, tmp_path: Any) -> None:
-    stream, master = _drifting(20_000, 120_000)
+    stream, master = drifting(20_000, 120_000)
     op, spec = _op(stream, master, budget, prefetch=prefetch)
     batches = stream.to_batches(max_chunksize=4_000)
     out: Counter[Any] = Counter()
@@ -198,7 +178,7 @@ def test_peak_within_budget_through_drift_eviction_and_restore(budget: int, pref
 
 @pytest.mark.parametrize("algorithm", ["ssbj", "meshjoin"])
 def test_breakdown_accounts_for_every_byte(algorithm: str) -> None:
-    stream, master = _drifting(20_000, 60_000)
+    stream, master = drifting(20_000, 60_000)
     op, _ = _op(stream, master, 300_000, algorithm, 0)
     filtered = 0
     for r in op.run(stream.to_batches(max_chunksize=4_000)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import pyarrow as pa
+from core_scenarios import drifting_keys, key_tables
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -13,20 +13,13 @@ from reference import as_multiset, batch_join, unmatched_reference
 from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
 from ssbj.core.checkpoint import DirectoryStore
 
-KEY = st.one_of(st.none(), st.integers(0, 12))
-
 
 @st.composite
 def scenario(draw: Any) -> dict[str, Any]:
-    master_keys = draw(st.lists(KEY, max_size=40))
-    # two segments with different key distributions: the hot set drifts mid-stream
-    hot1 = draw(st.lists(st.integers(0, 15), min_size=1, max_size=4))
-    hot2 = draw(st.lists(st.integers(0, 15), min_size=1, max_size=4))
-    seg1 = draw(st.lists(st.one_of(st.sampled_from(hot1), KEY), max_size=250))
-    seg2 = draw(st.lists(st.one_of(st.sampled_from(hot2), KEY), max_size=250))
+    master_keys, stream_keys = drifting_keys(draw)
     return {
         "master_keys": master_keys,
-        "stream_keys": seg1 + seg2,
+        "stream_keys": stream_keys,
         "b": draw(st.integers(1, 12)),
         "chunk_bytes": draw(st.integers(1, 200)),
         "batch": draw(st.integers(1, 60)),
@@ -38,16 +31,6 @@ def scenario(draw: Any) -> dict[str, Any]:
         "memory_budget": draw(st.one_of(st.none(), st.integers(1, 200_000))),
         "r_filter": draw(st.sampled_from(["auto", "always", "off"])),
     }
-
-
-def _tables(sc: dict[str, Any]) -> tuple[pa.Table, pa.Table]:
-    conv = (lambda k: None if k is None else f"v{k}") if sc["strings"] else (lambda k: k)
-    ktype = pa.string() if sc["strings"] else pa.int64()
-    mk = [conv(k) for k in sc["master_keys"]]
-    sk = [conv(k) for k in sc["stream_keys"]]
-    master = pa.table({"mk": pa.array(mk, ktype), "mval": pa.array(range(len(mk)), pa.int64())})
-    stream = pa.table({"sid": pa.array(range(len(sk)), pa.int64()), "sk": pa.array(sk, ktype)})
-    return stream, master
 
 
 def _spec(sc: dict[str, Any]) -> JoinSpec:
@@ -72,7 +55,7 @@ def _check_counts(op: SemiStreamJoin) -> None:
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_equals_batch_join(sc: dict[str, Any]) -> None:
-    stream, master = _tables(sc)
+    stream, master = key_tables(sc)
     op = SemiStreamJoin(_spec(sc), ArrowMaster(master, sc["b"]), stream.schema, master.schema)
     out: Counter[Any] = Counter()
     unmatched: Counter[Any] = Counter()
@@ -109,7 +92,7 @@ _TINY = {
 @example(sc=_TINY)
 @example(sc={**_TINY, "cut": 1, "strings": True})
 def test_exact_across_save_restore(sc: dict[str, Any], tmp_path_factory: Any) -> None:
-    stream, master = _tables(sc)
+    stream, master = key_tables(sc)
     spec = _spec(sc)
     store = DirectoryStore(tmp_path_factory.mktemp("ckpt"))
 

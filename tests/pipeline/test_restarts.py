@@ -9,7 +9,7 @@ import pytest
 
 from ssbj.errors import ServiceError, TransientError
 from ssbj.logs import record_fields
-from ssbj.pipeline.restarts import restart_delay, run_restarting
+from ssbj.pipeline.restarts import RestartingJob, restart_delay, run_restarting
 from ssbj.retry import RetryPolicy
 
 POLICY = RetryPolicy(5, 0.5, 4.0)
@@ -94,3 +94,21 @@ def test_run_restarting_gives_up_after_max_restarts_and_ends_on_a_stop_request()
     run = _Run(TransientError("db down"))
     assert run.go(stop) == 1
     assert run.log == ["attempt", "stop"]  # no reset, no second attempt
+
+
+def test_a_restarting_job_raises_the_error_its_batch_recorded_and_stops_on_request() -> None:
+    job = RestartingJob(max_restarts=3, restart_backoff=2.0)
+    assert job.restart_policy == RetryPolicy(4, 2.0, 60.0)
+    log: list[str] = []
+
+    def attempt() -> None:
+        log.append("attempt")
+        job._error = ServiceError("access denied")  # what a batch function records; Spark wraps it
+        raise RuntimeError("spark wrapping")
+
+    with pytest.raises(ServiceError):
+        job._run_restarting(attempt, lambda: log.append("stop"), lambda: log.append("reset"), LOG)
+    assert log == ["attempt", "stop"]
+    job._error = None
+    job.stop()
+    assert job.stop_event.is_set()

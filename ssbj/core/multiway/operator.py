@@ -29,11 +29,10 @@ import pyarrow as pa
 from ssbj.contracts import MasterScan
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.multiway import order as O
-from ssbj.core.multiway import persist
+from ssbj.core.multiway import persist, probing
 from ssbj.core.multiway.edgecache import EdgeCache
-from ssbj.core.multiway.keyindex import KeyIndex
 from ssbj.core.multiway.lineage import SOURCE_COLUMN, SourceLedger, note, source_ids, stream_counts
-from ssbj.core.multiway.plan import EdgePlan, build_edges, joined, needed_columns, null_extended, prepare_input, qual
+from ssbj.core.multiway.plan import EdgePlan, build_edges, needed_columns, prepare_input, qual
 from ssbj.core.multiway.spec import MultiWaySpec
 from ssbj.core.multiway.store import Chunk, MemoryStore, WaitingStateOverflow, WaitingStore
 from ssbj.core.multiway.window import LateSink, WindowState
@@ -245,7 +244,7 @@ class MultiWayJoin:
                 self._admit_rows(rows, out)
         for p in self.edges:
             if not p.held and self._chunks[p.index]:
-                self._scan(p, out)
+                probing.scan(self, p, out)
         self._step += 1
         self.counters["steps"] += 1
         if self._step % self.period == 0:
@@ -273,7 +272,7 @@ class MultiWayJoin:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
                 raise InputError(f"stream batch does not match the first batch's columns: {exc}") from exc
         if rows.num_rows:
-            self._route(rows, len(self.orders) - 1, 0, out)
+            probing.route(self, rows, len(self.orders) - 1, 0, out)
 
     def _tag_side(self, side: int, table: pa.Table) -> np.ndarray:
         """Source ids of a window stream's new rows (its own sequence); checks the column is free."""
@@ -327,109 +326,7 @@ class MultiWayJoin:
         while any(self._chunks.values()):
             yield self.process(pa.table({}))
 
-    # ------------------------------------------------------------------ joining
-    def _route(self, table: pa.Table, oid: int, pos: int, out: list[pa.Table]) -> None:
-        order = self.orders[oid]
-        while pos < len(order) and table.num_rows:
-            p = self.edges[order[pos]]
-            keys = [table.column(c) for c in p.probe_cols]
-            if p.held:
-                left, right = p.held_index().match(keys)
-                table = self._resolve(table, left, right, p.table, p, None)
-                pos += 1
-                continue
-            cache = self.caches.get(p.index)
-            if cache is not None:
-                cache.count(keys)
-                hit, left, right = cache.serve(keys)
-                if hit.any():
-                    served = self._resolve(table, left, right, cache.served_rows(), p, hit)
-                    self.counters["served_by_cache"] += int(hit.sum())
-                    self._route(served, oid, pos + 1, out)
-                    table = table.filter(pa.array(~hit))
-                    if table.num_rows == 0:
-                        return
-            self._wait(p, table, oid, pos)
-            return
-        if table.num_rows:
-            out.append(table)
-
-    def _resolve(
-        self,
-        table: pa.Table,
-        left: np.ndarray,
-        right: np.ndarray,
-        master: pa.Table,
-        p: EdgePlan,
-        among: np.ndarray | None,
-    ) -> pa.Table:
-        """Rows fully resolved at edge ``p``: matches, and NULL-extended misses on a left edge."""
-        q = int(among.sum()) if among is not None else table.num_rows
-        hit_rows = np.unique(left)
-        self.estats[p.index].note(q, len(hit_rows), len(left))
-        self.counters["rows_probed"] += q
-        res = joined(table, left, master, right, p)
-        if p.left:
-            miss = np.ones(table.num_rows, bool) if among is None else among.copy()
-            miss[hit_rows] = False
-            if miss.any():
-                res = pa.concat_tables([res, null_extended(table, np.flatnonzero(miss), p)])
-        return res
-
-    def _wait(self, p: EdgePlan, table: pa.Table, oid: int, pos: int) -> None:
-        table = table.combine_chunks()
-        matched = np.zeros(table.num_rows, bool) if p.left else None
-        cid = self._new_chunk_id()
-        width = table.nbytes / max(table.num_rows, 1)
-        self._vs[p.index] = 0.9 * self._vs[p.index] + 0.1 * width if self._vs[p.index] else width
-        self._fit_store()
-        self.store.put(p.index, cid, table, matched)
-        self._note("waits", table)
-        self._chunks[p.index].append(Chunk(cid, p.index, oid, pos, 0, table.num_rows, width))
-        self.estats[p.index].note(table.num_rows, 0, 0)
-        self.counters["rows_probed"] += table.num_rows
-
-    def _scan(self, p: EdgePlan, out: list[pa.Table]) -> None:
-        k = self._p[p.index]
-        part = p.read_partition(k, self.spec)
-        self.counters["partitions_read"] += 1
-        self._disk_peak[p.index] = max(self._disk_peak[p.index], int(part.nbytes))
-        cache = self.caches.get(p.index)
-        if cache is not None:
-            if k == 0 and cache.cand is not None:
-                cache.collecting = True
-            cache.collect(part, k)
-        idx = KeyIndex([part.column(c) for c in p.key_cols]) if part.num_rows else None
-        still: list[Chunk] = []
-        for ch in self._chunks[p.index]:
-            table, matched = self.store.get(p.index, ch.id)
-            if idx is not None:
-                left, right = idx.match([table.column(c) for c in p.probe_cols])
-                if len(left):
-                    hit = np.unique(left)
-                    st = self.estats[p.index]
-                    st.h += len(hit) if matched is None else int((~matched[hit]).sum())
-                    st.s += len(left)
-                    self._route(joined(table, left, part, right, p), ch.oid, ch.pos + 1, out)
-                    if matched is not None and not matched[hit].all():
-                        matched = matched.copy()
-                        matched[hit] = True
-                        self.store.set_matched(p.index, ch.id, matched)
-            ch.seen += 1
-            if ch.seen >= p.k:
-                if matched is not None and not matched.all():
-                    self._route(null_extended(table, np.flatnonzero(~matched), p), ch.oid, ch.pos + 1, out)
-                self._note("leaves", table)
-                self.store.delete(p.index, ch.id)
-                self._persisted.discard(ch.id)
-            else:
-                still.append(ch)
-        self._chunks[p.index] = still
-        self._p[p.index] = (k + 1) % p.k
-        if cache is not None and self._p[p.index] == 0:
-            schema = pa.schema([pa.field(c, t) for c, t in zip(p.master_cols, p.master_types, strict=True)])
-            cache.end_cycle(p.row_bytes, self._vs[p.index] or p.row_bytes, schema)
-
+    # ------------------------------------------------------------------ output
     def _result(self, out: list[pa.Table]) -> pa.Table:
         if not out:
             return pa.table(
