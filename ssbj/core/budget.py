@@ -21,8 +21,9 @@ the statistics table.
 
 A take-all R-cycle (:mod:`ssbj.core.complete`) reserves, instead of the s_B reserve, what
 its switch-in holds at once beside today's structures (:func:`take_all_bytes`): s_B with
-every uncached row of R, and the rebuild of H_R to all of R (:func:`rebuild_bytes`). While
-the cache is complete H_S holds nothing, and gets a token ring.
+every uncached row of R, and the rebuild of H_R to all of R (:func:`rebuild_bytes`); when
+H_S's live tuples would not leave that room, one R-cycle first reserves it while the ring
+shrinks. While the cache is complete H_S holds nothing, and gets a token ring.
 """
 
 from __future__ import annotations
@@ -80,16 +81,23 @@ def per_tuple_bytes(op: SemiStreamJoin) -> float:
     return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / INDEX_LOAD
 
 
-def fixed_bytes(op: SemiStreamJoin) -> int:
-    """Budgeted bytes outside H_S."""
+def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
+    """Budgeted bytes outside H_S (``sb_reserve=False``: s_B as it is, without the room kept for it)."""
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
-    sb = max(op._sb_bytes, op._take_all_reserve if op._take_all else op._sb_peak)
+    reserve = op._take_all_reserve if op._take_all or op._take_all_pending else op._sb_peak
+    sb = max(op._sb_bytes, reserve) if sb_reserve else op._sb_bytes
     queue = (op._k + 2) * QUEUE_RECORD
     held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + op.rfilter.nbytes + queue
-    # the step's temporaries (probe results) grow with the tuples in H_S: the most seen per
-    # waiting tuple, for a full ring, or the peak seen, if more
-    held += max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
-    return int(disk + prefetch_reserve(op) + held)
+    return int(disk + prefetch_reserve(op) + held + temporaries_reserve(op))
+
+
+def temporaries_reserve(op: SemiStreamJoin) -> int:
+    """Return the bytes kept for the step's temporaries (probe results).
+
+    They grow with the tuples in H_S: the most seen per waiting tuple, for a full ring, or
+    the peak seen, if more.
+    """
+    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
 
 
 def prefetch_reserve(op: SemiStreamJoin) -> int:

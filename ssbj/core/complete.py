@@ -193,13 +193,33 @@ def next_mode(op: SemiStreamJoin, resident: bool) -> None:
         if not (resident and allowed(op)):
             leave(op)
         return
-    if op._take_all or op._sb or not (resident and allowed(op)):
+    if op._take_all or op._sb or not (resident and allowed(op)) or not take_all_fits(op):
+        op._take_all_pending = False
         return
-    if take_all_fits(op):
-        op._take_all = True
-        op._take_all_reserve = B.take_all_bytes(op)
+    reserve = B.take_all_bytes(op)
+    if not op._take_all_pending:
         op._sb_peak_before = op._sb_peak
+    op._take_all_reserve = reserve
+    if op._take_all_pending or _ring_fits_beside(op, reserve):
+        op._take_all_pending = False
+        op._take_all = True
         op._c.bump("take_all_cycles")
+    else:  # H_S's live tuples hold the room: reserve it for an R-cycle first, while the ring shrinks
+        op._take_all_pending = True
+        op._c.bump("take_all_deferred")
+
+
+def _ring_fits_beside(op: SemiStreamJoin, reserve: int) -> bool:
+    """Whether H_S's live tuples fit in what the budget leaves H_S beside ``reserve``.
+
+    (The ring cannot shrink under its live tuples.)
+    """
+    budget = op.spec.memory_budget
+    assert budget is not None  # noqa: S101 - allowed() checked it
+    per = B.per_tuple_bytes(op)
+    avail = budget - (B.fixed_bytes(op, sb_reserve=False) + reserve)
+    k = max(op._k, 1)
+    return op.hs.span * per <= avail * (1.0 - 1.0 / k)
 
 
 def take_all_fits(op: SemiStreamJoin) -> bool:
@@ -207,8 +227,12 @@ def take_all_fits(op: SemiStreamJoin) -> bool:
     budget = op.spec.memory_budget
     if budget is None:
         return False
-    held = B.fixed_bytes(op) - max(op._sb_bytes, op._sb_peak) + B.take_all_bytes(op)
-    return held + SW.RESIDENT_HS_SHARE * budget <= budget
+    hs = SW.RESIDENT_HS_SHARE * budget
+    # beside what is held now (no s_B reserve): s_B, the switch-in, and the temporaries of an
+    # H_S of that share (the ring shrinks to what the take-all leaves it)
+    temps = op._transient_per_tuple * hs / max(B.per_tuple_bytes(op), 1.0)
+    held = B.fixed_bytes(op, sb_reserve=False) - B.temporaries_reserve(op) + temps
+    return held + B.take_all_bytes(op) + hs <= budget
 
 
 def refresh_fits(op: SemiStreamJoin, rows: int) -> bool:

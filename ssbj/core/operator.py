@@ -174,6 +174,7 @@ class SemiStreamJoin:
         self._peak = 0  # most bytes held at any point of a step
         # the complete cache (ssbj.core.complete): a take-all R-cycle, then H_R holds all of R
         self._take_all = False
+        self._take_all_pending = False  # the next R-cycle takes all; this one reserves its room
         self._complete = False
         self._take_all_reserve = 0  # bytes the budget keeps for the take-all's s_B and switch-in
         self._sb_peak_before = 0  # the s_B reserve before the take-all R-cycle
