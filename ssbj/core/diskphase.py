@@ -374,11 +374,12 @@ def disk_phase(
         op._c.bump("master_rows_measured", part.num_rows)
     if part.num_rows == 0:
         return
-    if op._use_cache:
-        note_scan(op, mk.values, mk.valid)
     if fsm == COMPLETE:  # H_S is empty: the refresh alone
+        note_scan(op, mk.values, mk.valid)
         complete_piece(op, part, mk, acc)
         return
+    if op._use_cache:
+        note_scan(op, mk.values, mk.valid)
     hs, st, cache = op.hs, op.stats.table, op.cache
     refresh = acc.refresh
     tuple_cost, row_cost, entry_cost = acc.costs
@@ -410,10 +411,11 @@ def disk_phase(
         cache.empties.blob,
         op.interest.bits,
     )
+    op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
     if fsm == TAKE_ALL:  # every row of a value not cached goes to s_B
         ix = cache.index
         sb = take_all_rows(mk.values, mk.valid, ix.keys, ix.used, cache.empties.blob, op.interest.bits)
-    op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
+        op._note_transient(sb.nbytes)
     if len(sb):
         op._sb_seq += 1
         t = take_rows(part, sb)
