@@ -178,6 +178,7 @@ def end_take_all(
     op._take_all = False
     op._take_all_reserve = 0
     op._sb_peak = op._sb_peak_before  # s_B of the take-all R-cycle is no switching buffer to reserve again
+    op._complete_seen.clear()
     op._switch_peak = peak
     op._c.bump("take_all_values", len(keys))
     if resident and allowed(op):
@@ -247,6 +248,7 @@ def refresh_fits(op: SemiStreamJoin, rows: int) -> bool:
 def leave(op: SemiStreamJoin) -> None:
     """Leave the complete cache: H_R stays as it is, misses go to H_S again, the FSM resumes."""
     op._complete = False
+    op._complete_seen.clear()
     op._c.bump("complete_left")
     if op.spec.memory_budget is not None:
         B.adapt(op)  # H_S had a token ring while complete
@@ -360,6 +362,9 @@ def refresh_complete(
     cache = op.cache
     if len(rf_row) == 0 and n_new == 0 and cache.cnt_src[p] == 0:
         return False
+    seen = _views_of_resident(op, p, part)
+    if seen is not None and op._complete_seen.get(p, (None,))[0] == seen:
+        return False  # the very buffers H_R's rows of p were last made equal to (immutable)
     changed = n_new > 0
     if not changed:
         old, matched = refresh_pairs(cache.index.payload, cache.src, rf_row, rf_slot, p)
@@ -367,6 +372,7 @@ def refresh_complete(
         if not changed and matched:
             changed = not rows_equal(part, rf_row, cache.columns, old)
     if not changed:
+        _remember(op, p, part, seen)
         return False
     rows_after = cache.rows - int(cache.cnt_src[p]) + part.num_rows
     if not refresh_fits(op, rows_after):
@@ -382,4 +388,40 @@ def refresh_complete(
         if op.interest.overfull:
             op.rebuild_interest()
         op._c.bump("complete_values_added", len(added))
+    _remember(op, p, part, seen)
     return True
+
+
+def _buffers(t: pa.Table) -> tuple[tuple[int, int, int, int], ...]:
+    """Identity of a table's data: (address, size, offset, length) of every buffer of every chunk."""
+    out: list[tuple[int, int, int, int]] = []
+    for col in t.columns:
+        for ch in col.chunks:
+            out.extend((b.address, b.size, ch.offset, len(ch)) for b in ch.buffers() if b is not None)
+    return tuple(out)
+
+
+def _views_of_resident(op: SemiStreamJoin, p: int, part: pa.Table) -> tuple[tuple[int, int, int, int], ...] | None:
+    """Return the buffers of partition p as read, if they are the master's resident partition (else None).
+
+    Arrow buffers are immutable, so a read of p that returns the very buffers of the last read
+    brings the same rows. Only views of data the master holds anyway are remembered (holding
+    them costs nothing); a partition read into new buffers is compared row by row.
+    """
+    get = getattr(op.master, "resident_partition", None)
+    if get is None:
+        return None
+    ids = _buffers(part)
+    return ids if ids == _buffers(get(p).select(op._mcols)) else None
+
+
+def _remember(op: SemiStreamJoin, p: int, part: pa.Table, seen: tuple[tuple[int, int, int, int], ...] | None) -> None:
+    """H_R's rows of p now equal ``part``'s: remember its buffers (and hold them, so no address is reused).
+
+    (The master's own buffers: holding them costs the operator nothing.)
+    """
+    if seen is None:
+        op._complete_seen.pop(p, None)
+    else:
+        held = [b for col in part.columns for ch in col.chunks for b in ch.buffers() if b is not None]
+        op._complete_seen[p] = (seen, held)

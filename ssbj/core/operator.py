@@ -180,6 +180,8 @@ class SemiStreamJoin:
         self._sb_peak_before = 0  # the s_B reserve before the take-all R-cycle
         self._switch_peak = 0  # bytes held at once while s_B of a take-all switched in (this step)
         self._switch_transient = 0  # a rebuild's temporaries the step's memory report adds (ssbj.core.budget)
+        # partition -> the resident partition's buffers H_R's rows of it were last made equal to
+        self._complete_seen: dict[int, tuple[Any, list[pa.Buffer]]] = {}
         self._plan = B.Plan()
         self._values_share = 1.0  # share of H_S's slots the value index is planned for (ssbj.core.budget)
 
