@@ -36,7 +36,7 @@ from numba import njit
 from ssbj.core import budget as B
 from ssbj.core import switching as SW
 from ssbj.core.arrowtypes import take_rows
-from ssbj.core.cache import F_MAX_ROWS, HR_F
+from ssbj.core.cache import HR_F, HR_SINCE
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import EMPTY
@@ -68,7 +68,8 @@ def complete_probe(
     """Cache phase of the complete cache over ``keys[start:]``: every tuple finishes here.
 
     Returns (consumed, pair tuple, pair H_R row, tuples with pairs, null_idx, miss_idx);
-    a miss has no master row.
+    a miss has no master row. f_count is not kept (nothing is evicted while R fits; it
+    counts again from the R-cycle the complete cache is left, :func:`leave`).
     """
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
@@ -93,8 +94,6 @@ def complete_probe(
             miss[nm] = i
             nm += 1
             continue
-        if hpay[j, HR_F] < F_MAX_ROWS:
-            hpay[j, HR_F] += 1
         if k + ln > ps.shape[0]:
             cap = max(2 * ps.shape[0], k + ln)
             ps2 = np.empty(cap, dtype=np.int64)
@@ -249,6 +248,9 @@ def leave(op: SemiStreamJoin) -> None:
     """Leave the complete cache: H_R stays as it is, misses go to H_S again, the FSM resumes."""
     op._complete = False
     op._complete_seen.clear()
+    pay = op.cache.index.payload
+    pay[:, HR_F] = 0  # (not counted while complete) eviction counts the hits from now
+    pay[:, HR_SINCE] = op._rc
     op._c.bump("complete_left")
     if op.spec.memory_budget is not None:
         B.adapt(op)  # H_S had a token ring while complete
@@ -330,10 +332,15 @@ def complete_phase(
 
 
 # ---------------------------------------------------------------- disk phase
-def complete_piece(op: SemiStreamJoin, part: pa.Table, mk: EncodedKeys, acc: RefreshRows) -> None:
+def complete_piece(op: SemiStreamJoin, p: int, part: pa.Table, mk: EncodedKeys, acc: RefreshRows) -> None:
     """Run the disk phase of the complete cache on one piece of a partition: gather what the refresh needs."""
     if not acc.refresh:
         return
+    if acc.whole and p in op._complete_seen:
+        seen = _views_of_resident(op, p, part)
+        if seen is not None and op._complete_seen[p][0] == seen:
+            acc.refresh = False  # the whole partition, unchanged since H_R's rows of it were made equal to it
+            return
     cache = op.cache
     rf_row, rf_slot, new = split_rows(mk.values, mk.valid, cache.index.keys, cache.index.used)
     op._note_transient(rf_row.nbytes + rf_slot.nbytes + new.nbytes)

@@ -376,7 +376,7 @@ def disk_phase(
         return
     if fsm == COMPLETE:  # H_S is empty: the refresh alone
         note_scan(op, mk.values, mk.valid)
-        complete_piece(op, part, mk, acc)
+        complete_piece(op, p, part, mk, acc)
         return
     if op._use_cache:
         note_scan(op, mk.values, mk.valid)
