@@ -18,6 +18,12 @@ next ``depth`` partitions may be held read ahead.
 
 Everything else is admitted against the room left: a new empty cache entry, growth of
 the statistics table.
+
+A take-all R-cycle (:mod:`ssbj.core.complete`) reserves, instead of the s_B reserve, what
+its switch-in holds at once beside today's structures (:func:`take_all_bytes`): s_B with
+every uncached row of R, and the rebuild of H_R to all of R (:func:`rebuild_bytes`); when
+H_S's live tuples would not leave that room, one R-cycle first reserves it while the ring
+shrinks. While the cache is complete H_S holds nothing, and gets a token ring.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ssbj.core.hashing import capacity_for
+from ssbj.core.cache import INDEX_LOAD as HR_INDEX_LOAD
+from ssbj.core.hashing import KeyedTable, capacity_for
 from ssbj.core.hs import INDEX_LOAD, INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
 from ssbj.core.stats import candidate_bytes
@@ -74,16 +81,23 @@ def per_tuple_bytes(op: SemiStreamJoin) -> float:
     return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / INDEX_LOAD
 
 
-def fixed_bytes(op: SemiStreamJoin) -> int:
-    """Budgeted bytes outside H_S."""
+def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
+    """Budgeted bytes outside H_S (``sb_reserve=False``: s_B as it is, without the room kept for it)."""
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
-    sb = max(op._sb_bytes, op._sb_peak)
+    reserve = op._take_all_reserve if op._take_all or op._take_all_pending else op._sb_peak
+    sb = max(op._sb_bytes, reserve) if sb_reserve else op._sb_bytes
     queue = (op._k + 2) * QUEUE_RECORD
     held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + op.rfilter.nbytes + queue
-    # the step's temporaries (probe results) grow with the tuples in H_S: the most seen per
-    # waiting tuple, for a full ring, or the peak seen, if more
-    held += max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
-    return int(disk + prefetch_reserve(op) + held)
+    return int(disk + prefetch_reserve(op) + held + temporaries_reserve(op))
+
+
+def temporaries_reserve(op: SemiStreamJoin) -> int:
+    """Return the bytes kept for the step's temporaries (probe results).
+
+    They grow with the tuples in H_S: the most seen per waiting tuple, for a full ring, or
+    the peak seen, if more.
+    """
+    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
 
 
 def prefetch_reserve(op: SemiStreamJoin) -> int:
@@ -114,12 +128,60 @@ def adapt(op: SemiStreamJoin) -> None:
     op._values_share = values_per_tuple(op)
     avail = budget - fixed_bytes(op)
     per = per_tuple_bytes(op)
+    if op._complete:  # nothing enters H_S: a token ring of one tuple a chunk
+        op._chunk_bytes = max(op.spec.min_chunk_bytes, int(max(op._vs_avg, 1.0)))
+        op._plan = Plan(1, k, avail, per)
+        _set_ring(op, k, 1, per)
+        return
     w = max(1, int((avail - cushion_bytes(op, avail)) / (k * per)))
     if op.spec.min_chunk_bytes > 1 and op._vs_avg > 0:
         w = max(w, int(op.spec.min_chunk_bytes / op._vs_avg))
     op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
     op._plan = Plan(w, k * w, avail, per)
     _set_ring(op, k * w, w, per)
+
+
+# Cache.rebuild's arrays per row at once: keys, tags, order, keep index; later the runs and payloads
+REBUILD_ROW_BYTES = 52
+
+
+def layout_row_bytes(op: SemiStreamJoin) -> float:
+    """Bytes of one master row as H_R and s_B hold it (the disk-buffer layout: key, projection)."""
+    v = op._vr_avg + (0.0 if op.spec.master_key in op._proj else 8.0)
+    cache = op.cache
+    if cache.rows:
+        v = max(v, (cache.row_nbytes() - cache.src.nbytes) / cache.rows)
+    return v
+
+
+def widest_column_bytes(op: SemiStreamJoin) -> float:
+    """Bytes per row of H_R's widest column (the whole row before anything is cached)."""
+    cache = op.cache
+    if not cache.rows:
+        return layout_row_bytes(op)
+    return float(max(c.nbytes for c in cache.columns)) / cache.rows
+
+
+def rebuild_bytes(op: SemiStreamJoin, rows: int) -> int:
+    """Return the transient of rebuilding H_R to ``rows`` rows (:meth:`ssbj.core.cache.Cache.rebuild`).
+
+    Beside the old H_R: the sort and key arrays of every row, the column being rebuilt
+    twice (the merged column and its sorted copy) and the new index.
+    """
+    index = KeyedTable.bytes_for(capacity_for(max(rows, 1), HR_INDEX_LOAD), 4, 4)
+    return int(rows * (REBUILD_ROW_BYTES + 2 * widest_column_bytes(op)) + index)
+
+
+def take_all_bytes(op: SemiStreamJoin) -> int:
+    """Return what a take-all R-cycle holds at its switch-in beyond H_R now: s_B of every uncached row, the rebuild."""
+    rows = max(int(op._scan_last[0]), op.cache.rows)
+    uncached = max(0, rows - op.cache.rows)
+    return int(uncached * (layout_row_bytes(op) + 12)) + rebuild_bytes(op, rows)  # s_B: row, key, tag
+
+
+def switch_transient(op: SemiStreamJoin) -> int:
+    """Return the transient of switching s_B in now (the rebuild of H_R with s_B's rows)."""
+    return rebuild_bytes(op, op.cache.rows + sum(len(k) for _, k, _, _ in op._sb))
 
 
 def cushion_bytes(op: SemiStreamJoin, avail: float) -> float:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from numba import njit
 
 from ssbj.core.empties import EmptySet
-from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for
+from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 
@@ -46,6 +46,18 @@ def _row_keys(hk: np.ndarray, hused: np.ndarray, hpay: np.ndarray, nrows: int) -
             for r in range(st, st + hpay[j, HR_LEN]):
                 out[r] = hk[j]
     return out
+
+
+@njit(cache=True)
+def _carry(
+    hk: np.ndarray, hused: np.ndarray, hpay: np.ndarray, keys: np.ndarray, pay: np.ndarray
+) -> None:  # pragma: no cover
+    """Copy f_count and since of ``keys`` still in the old index into their new payload rows."""
+    for t in range(keys.shape[0]):
+        j = kset_find(hk, hused, keys[t])
+        if j >= 0:
+            pay[t, HR_F] = hpay[j, HR_F]
+            pay[t, HR_SINCE] = hpay[j, HR_SINCE]
 
 
 @njit(cache=True)
@@ -179,7 +191,8 @@ class Cache:
         """Rebuild the rows: drop values ``drop`` (and rows read from ``keep_src_not``), add ``add``.
 
         Columns are rebuilt one at a time, so the extra memory while rebuilding is one
-        column. Values in ``cached_after`` that end with no row become empty entries.
+        column twice (merged, then sorted) beside the sort arrays
+        (:func:`ssbj.core.budget.rebuild_bytes`). Values in ``cached_after`` that end with no row become empty entries.
         """
         ix = self.index
         old_keys = _row_keys(ix.keys, ix.used, ix.payload, self.rows)
@@ -189,33 +202,34 @@ class Cache:
         if keep_src_not is not None:
             keep &= self.src != keep_src_not
         keep_idx = np.flatnonzero(keep)
+        del keep
         n_add = 0 if add is None else add.num_rows
         keys = np.concatenate([old_keys[keep_idx], np.asarray(add_keys, np.int64)])
+        del old_keys
         src = np.concatenate([self.src[keep_idx], np.asarray(add_src, np.int32)])
-        seq = np.arange(len(keys))
-        order = np.lexsort((seq, src, keys))
+        order = np.lexsort((src, keys))  # (stable: read order within a value and partition)
         for c in range(len(self.columns)):
             old = self.columns[c].take(pa.array(keep_idx))
-            parts = [old] if n_add == 0 else [old, add.column(c).combine_chunks()]  # type: ignore[union-attr]
-            merged = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+            merged = old if n_add == 0 else pa.concat_arrays([old, add.column(c).combine_chunks()])  # type: ignore[union-attr]
+            del old  # (at most the merged column and its sorted copy live beside the old one)
             self.columns[c] = merged.take(pa.array(order))
+            del merged
+        del keep_idx
         keys = keys[order]
-        self.src = src[order].astype(np.int32)
+        self.src = src[order]
+        del src, order
         self._rows_gen += 1
-        # carry f_count and since of values that stay
-        old_k, old_p = ix.entries()
-        uniq, starts, counts = np.unique(keys, return_index=True, return_counts=True)
+        # runs of equal keys (sorted), carrying f_count and since of values that stay
+        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if len(keys) else np.zeros(0, np.int64)
+        uniq = keys[starts]
+        counts = np.diff(np.append(starts, len(keys)))
+        del keys
         pay = np.zeros((len(uniq), 4), dtype=np.int32)
         pay[:, HR_START] = starts
         pay[:, HR_LEN] = counts
         pay[:, HR_SINCE] = rc
-        if len(old_k) and len(uniq):
-            by_key = np.argsort(old_k)
-            sk = old_k[by_key]
-            pos = np.minimum(np.searchsorted(sk, uniq), len(sk) - 1)
-            same = sk[pos] == uniq
-            pay[same, HR_F] = old_p[by_key[pos[same]], HR_F]
-            pay[same, HR_SINCE] = old_p[by_key[pos[same]], HR_SINCE]
+        del starts, counts
+        _carry(ix.keys, ix.used, ix.payload, uniq, pay)
         ix.load(uniq, pay, capacity_for(len(uniq), INDEX_LOAD))
         if cached_after is not None and len(cached_after):
             gone = np.setdiff1d(cached_after, uniq)

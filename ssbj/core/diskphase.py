@@ -26,6 +26,7 @@ from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import plain_table, take_rows
+from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, refresh_complete, take_all_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, kset_slot, mix
 from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
@@ -204,6 +205,7 @@ class RefreshRows:
         self.raw: tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.cut: list[tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]] = []
         self.n_empty = 0
+        self.n_new = 0  # rows of values not in H_R (the complete cache adds them)
         self.refresh = False  # whether the pieces are probed for the refresh (H_R not empty)
         self.costs = (0.0, 0.0, 0.0)  # tuple, row and entry cost of the cache inequality
         self.slots: list[np.ndarray] = []  # H_S slots of the pairs (offsets from lo, int32), per piece
@@ -219,16 +221,24 @@ class RefreshRows:
         rf_row: np.ndarray,
         rf_slot: np.ndarray,
         n_empty: int,
+        new: np.ndarray | None = None,
     ) -> np.ndarray | None:
-        """Rows of this piece the refresh needs copied out (None: none, or the piece is kept whole)."""
+        """Rows of this piece the refresh needs copied out (None: none, or the piece is kept whole).
+
+        ``new``: rows of values not in H_R, for the complete cache (:mod:`ssbj.core.complete`).
+        """
         self.n_empty += n_empty
-        if len(rf_row) == 0 and n_empty == 0:
+        n_new = 0 if new is None else len(new)
+        self.n_new += n_new
+        if len(rf_row) == 0 and n_empty == 0 and n_new == 0:
             return None
         if self.whole and valid.all():
             # (with NULL keys the rows are cut: refresh caches every row whose *encoded* key is
             # cached, and a NULL's encoding is a value too)
             self.raw = (part, keys, rf_row, rf_slot)
             return None
+        if n_new:
+            return np.concatenate([rf_row, new])  # type: ignore[list-item]
         if not n_empty:
             return rf_row
         # rows of values cached empty (new in R): the refresh gives them cached rows
@@ -254,7 +264,11 @@ class RefreshRows:
             rf_row = np.concatenate([g[2] + o for g, o in zip(got, offs, strict=False)] or [np.zeros(0, np.int64)])
             rf_slot = np.concatenate([g[3] for g in got] or [np.zeros(0, np.int64)])
         self.raw, self.cut = None, []
-        if op.cache.refresh(p, part, keys, rf_row, rf_slot, int(self.n_empty), op._rc):
+        if op._complete:
+            changed = refresh_complete(op, p, part, keys, rf_row, rf_slot, int(self.n_new))
+        else:
+            changed = op.cache.refresh(p, part, keys, rf_row, rf_slot, int(self.n_empty), op._rc)
+        if changed:
             op._c.bump("cache_refreshes")
 
 
@@ -319,7 +333,7 @@ def _accumulator(op: SemiStreamJoin, whole: bool) -> RefreshRows:
     acc = RefreshRows(whole)
     # the same for every piece: H_S, H_R and the statistics do not change during the disk phase
     cache = op.cache
-    acc.refresh = op.spec.refresh_cache and op._use_cache and (cache.values + cache.empty_values) > 0
+    acc.refresh = op.spec.refresh_cache and op._use_cache and ((cache.values + cache.empty_values) > 0 or op._complete)
     acc.costs = (op.tuple_cost(), op.row_cost(), op.entry_cost())
     return acc
 
@@ -327,7 +341,7 @@ def _accumulator(op: SemiStreamJoin, whole: bool) -> RefreshRows:
 def _finish(op: SemiStreamJoin, p: int, acc: RefreshRows, pairs: list[tuple[pa.Table, pa.Table]], n: int) -> int:
     if acc.slots:
         _pairs(op, acc, pairs)
-    if n and acc.refresh:
+    if (n or op._complete) and acc.refresh:  # (complete: a partition emptied drops its rows)
         acc.finish(op, p)
     return n
 
@@ -390,6 +404,10 @@ def disk_phase(
         op._c.bump("master_rows_measured", part.num_rows)
     if part.num_rows == 0:
         return
+    if fsm == COMPLETE:  # H_S is empty: the refresh alone
+        note_scan(op, mk.values, mk.valid)
+        complete_piece(op, p, part, mk, acc)
+        return
     if op._use_cache:
         note_scan(op, mk.values, mk.valid)
     hs, cache = op.hs, op.cache
@@ -436,6 +454,10 @@ def disk_phase(
         if op.interest.overfull:
             op.rebuild_interest()
     op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
+    if fsm == TAKE_ALL:  # every row of a value not cached goes to s_B
+        ix = cache.index
+        sb = take_all_rows(mk.values, mk.valid, ix.keys, ix.used, cache.empties.blob, op.interest.bits)
+        op._note_transient(sb.nbytes)
     if len(sb):
         op._sb_seq += 1
         t = take_rows(part, sb)

@@ -58,7 +58,7 @@ def can_idle(op: SemiStreamJoin) -> bool:
     """Whether this step may skip its partition read (nothing waits for it, nothing needs its refresh)."""
     if op.spec.hybrid == "off" and op.hybrid_policy is None:
         return False
-    if op.hs.live or len(op.hs.queue):
+    if op.hs.live or len(op.hs.queue) or op._take_all or op._complete:  # (those read every partition)
         return False
     return not op._use_cache or (op.cache.values + op.cache.empty_values == 0 and not op._sb)
 

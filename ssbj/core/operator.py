@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from ssbj.contracts import OperatorTotals
 from ssbj.core import budget as B
 from ssbj.core import cachephase as CP
+from ssbj.core import complete as CC
 from ssbj.core import diskphase as DP
 from ssbj.core import lookupphase as LP
 from ssbj.core import persist
@@ -61,7 +62,7 @@ from ssbj.errors import ConfigError, InputError
 
 __all__ = ["Algorithm", "JoinSpec", "SemiStreamJoin", "StepResult", "master_output_names"]
 
-FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out"}
+FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out", CC.TAKE_ALL: "take-all", CC.COMPLETE: "complete"}
 
 
 def _fixed_width(t: pa.DataType) -> bool:
@@ -171,6 +172,16 @@ class SemiStreamJoin:
         self._transient_peak = 0
         self._transient_per_tuple = 0.0  # most temporaries per tuple in H_S (ssbj.core.budget)
         self._peak = 0  # most bytes held at any point of a step
+        # the complete cache (ssbj.core.complete): a take-all R-cycle, then H_R holds all of R
+        self._take_all = False
+        self._take_all_pending = False  # the next R-cycle takes all; this one reserves its room
+        self._complete = False
+        self._take_all_reserve = 0  # bytes the budget keeps for the take-all's s_B and switch-in
+        self._sb_peak_before = 0  # the s_B reserve before the take-all R-cycle
+        self._switch_peak = 0  # bytes held at once while s_B of a take-all switched in (this step)
+        self._switch_transient = 0  # a rebuild's temporaries the step's memory report adds (ssbj.core.budget)
+        # partition -> the resident partition's buffers H_R's rows of it were last made equal to
+        self._complete_seen: dict[int, tuple[Any, list[pa.Buffer]]] = {}
         self._plan = B.Plan()
         self._values_share = 1.0  # share of H_S's slots the value index is planned for (ssbj.core.budget)
 
@@ -252,12 +263,13 @@ class SemiStreamJoin:
         pairs: list[tuple[pa.Table, pa.Table]] = []
         unmatched: list[pa.Table] = []
         self._transient = 0
+        self._switch_transient = self._switch_peak = 0
         if self._p == 0 and not self._cycle_open:
             self._begin_r_cycle(pairs, unmatched)
             self._cycle_open = True
         fsm = self.fsm_code
         t1 = time.perf_counter()
-        w_n, w_s, w_null = CP.cache_phase(self, pairs, unmatched)
+        w_n, w_s, w_null = (CC.complete_phase if self._complete else CP.cache_phase)(self, pairs, unmatched)
         t2 = time.perf_counter()
         p = self._p
         done = LP.lookup_phase(self, p, pairs, unmatched) if LP.choose_lookup(self) else None
@@ -282,6 +294,8 @@ class SemiStreamJoin:
         self._c.output_rows += enriched.num_rows
         self._c.steps += 1
         self._step += 1
+        if self._switch_peak:  # the step reports at least what the switch-in held at once
+            self._switch_transient += max(0, self._switch_peak - self.memory().total)
         t4 = time.perf_counter()
         metrics = self._metrics(p, fsm, w_n, w_s, w_null, b_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3)
         if self._c.served_lookup or path != "scan":
@@ -296,10 +310,19 @@ class SemiStreamJoin:
 
     @property
     def fsm_code(self) -> int:
-        """1 incrementing, 2 switching, 0 phase-out; -1 for MESHJOIN or before the first R-cycle."""
+        """1 incrementing, 2 switching, 0 phase-out, 3 take-all, 4 complete; -1 MESHJOIN or before R-cycle 1."""
         if not self._use_cache or self._rc == 0:
             return -1
+        if self._complete:
+            return CC.COMPLETE
+        if self._take_all:
+            return CC.TAKE_ALL
         return self._rc % 3
+
+    @property
+    def complete(self) -> bool:
+        """Whether H_R holds all of R (:mod:`ssbj.core.complete`): a miss has no master row."""
+        return self._complete
 
     @property
     def r_cycle(self) -> int:
@@ -333,6 +356,8 @@ class SemiStreamJoin:
                 self.spec.count_overheads,
                 resident=resident,
             )
+            if self._take_all:  # the take-all R-cycle ended: all of s_B moves into H_R
+                CC.end_take_all(self, resident, pairs, unmatched)
             evicted = np.zeros(0, np.int64)
             if self._rc % self.spec.eviction_interval == 0 and not resident:
                 evicted, n_empty = self.cache.evict(
@@ -352,6 +377,7 @@ class SemiStreamJoin:
             if self._rc % 3 == 0:
                 self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
                 self.stats.reset_s_count()
+            CC.next_mode(self, resident)
             self.rebuild_interest()
         B.adapt(self)
 
@@ -447,7 +473,7 @@ class SemiStreamJoin:
             key_table=self.stats.nbytes + self.interest.nbytes,
             stream_buffer=self._buffer_bytes,
             entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
-            transient=self._transient,
+            transient=self._transient + self._switch_transient,
             prefetch=prefetched_nbytes(self.master),
             r_filter=self.rfilter.nbytes,
         )

@@ -149,6 +149,13 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "mark": list(op._rf_mark),
         },
         "counters": asdict(op._c),
+        "complete": {
+            "take_all": op._take_all,
+            "pending": op._take_all_pending,
+            "complete": op._complete,
+            "reserve": op._take_all_reserve,
+            "sb_peak_before": op._sb_peak_before,
+        },
         "files": files,
         "meta": meta or {},
     }
@@ -177,6 +184,10 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
     op._plan = B.Plan(**m["plan"])
     op._c = Counters(**m["counters"])
+    cc = m.get("complete") or {}  # older checkpoints: no complete cache
+    op._take_all, op._complete = bool(cc.get("take_all", False)), bool(cc.get("complete", False))
+    op._take_all_pending = bool(cc.get("pending", False))
+    op._take_all_reserve, op._sb_peak_before = int(cc.get("reserve", 0)), int(cc.get("sb_peak_before", 0))
     arrays = store.read_arrays(m["state"])
     _load_hs(op, store, m, arrays)
     hr = store.read_table(m["hr"])

@@ -66,6 +66,13 @@ class JoinSpec:
     most this many rows, so the disk buffer holds one piece, not b rows, when the master
     can stream its partitions (:class:`ssbj.contracts.MasterChunks`); a master that
     cannot is read (and charged) whole. ``None``: whole partitions.
+
+    ``complete_cache`` (SSBJ with a budget; :mod:`ssbj.core.complete`): when the budget
+    holds all of R, one *take-all* R-cycle collects every uncached value's rows and the
+    cache then holds all of R: a tuple whose value misses it finishes at once, unmatched
+    (no master row as of the last read of its partition, at most one R-cycle old), and the
+    disk phase only refreshes H_R, new values of R included. ``False``: values move into
+    the cache one at a time through the switching FSM, as in Algorithm 1.
     """
 
     stream_key: str
@@ -83,6 +90,7 @@ class JoinSpec:
     hybrid: Hybrid = "off"
     r_filter: RFilterMode = "auto"
     disk_chunk_rows: int | None = None
+    complete_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.r_filter not in ("off", "auto", "always"):

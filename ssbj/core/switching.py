@@ -75,7 +75,8 @@ def switch_in_pairs(
 def rebuild_hr(op: SemiStreamJoin, evicted: np.ndarray, switching: np.ndarray) -> None:
     """Rebuild H_R without the evicted values and with s_B (values switching in)."""
     sb = [t for t, _, _, _ in op._sb]
-    table = pa.concat_tables(sb).combine_chunks() if sb else None
+    # (no combine_chunks: the rebuild combines one column at a time)
+    table = pa.concat_tables(sb) if sb else None
     keys = np.concatenate([k for _, k, _, _ in op._sb]) if op._sb else np.zeros(0, np.int64)
     src = np.concatenate([s for _, _, s, _ in op._sb]) if op._sb else np.zeros(0, np.int32)
     after = np.concatenate([op.cache.index.keys[op.cache.index.used], switching])
@@ -95,13 +96,22 @@ def holds_all_of_r(op: SemiStreamJoin) -> bool:
     and a tenth of the budget for H_S. Then SSBJ is a main-memory hash join: a value kept
     out of the cache frees nothing that would pay more, so candidates are admitted at two
     tuples (:meth:`ssbj.core.stats.ValueStats.set_admission`), as many as R has rows are
-    tracked (within the statistics' budget share), and nothing is evicted.
+    tracked (within the statistics' budget share), and nothing is evicted; with
+    ``JoinSpec.complete_cache`` the cache takes all of R at once when the switch fits too
+    (:mod:`ssbj.core.complete`, :func:`ssbj.core.budget.take_all_fits`).
     """
-    budget = op.spec.memory_budget
     rows = int(op._scan_last[0])
-    if budget is None or rows == 0 or not op._use_cache:
+    return rows > 0 and holds_rows(op, rows)
+
+
+def holds_rows(op: SemiStreamJoin, rows: int) -> bool:
+    """Whether ``rows`` master rows fit in H_R as :func:`holds_all_of_r` counts them."""
+    budget = op.spec.memory_budget
+    if budget is None or not op._use_cache:
         return False
-    need = rows * (op.row_cost() + op.entry_cost()) + max(op._disk_buffer_peak, op._disk_buffer_bytes)
+    # a row as H_R holds it (the key too, when the projection leaves it out) and its tag
+    row = max(op.row_cost(), B.layout_row_bytes(op) + 4)
+    need = rows * (row + op.entry_cost()) + max(op._disk_buffer_peak, op._disk_buffer_bytes)
     return need <= (1.0 - RESIDENT_HS_SHARE) * budget
 
 

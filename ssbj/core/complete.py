@@ -1,0 +1,434 @@
+"""The complete-cache mode (Theorem 3 (c)): SSBJ as a main-memory hash join holding all of R.
+
+Entered at an R-cycle start when :func:`ssbj.core.switching.holds_all_of_r` holds and the
+switch fits the budget (:func:`take_all_fits`), ``JoinSpec.complete_cache``
+allowing it:
+
+1. *take-all* R-cycle: the FSM instrumentation is off, and every master row read whose
+   value is neither cached (with rows, or empty) goes to the switching buffer s_B, with
+   its partition tag (:func:`take_all_rows`): all rows of every uncached value, as the
+   switching FSM collects them for one value. The budget reserves s_B and the switch-in's
+   transient for this R-cycle (:func:`ssbj.core.budget.take_all_bytes`).
+2. at the next R-cycle start (:func:`end_take_all`) all of s_B is switched in at once
+   (:func:`ssbj.core.switching.rebuild_hr`, :func:`ssbj.core.switching.switch_in`: an H_S
+   tuple that entered at partition p0 of the take-all R-cycle met p0..k-1 there and gets
+   the s_B rows of partitions < p0, read in the same R-cycle before it entered: exact).
+   Every tuple still in H_S has a value no row of that R-cycle had (a row would have put
+   its value into s_B or H_R): it finishes unmatched. The cache is then *complete*.
+3. *complete* (:func:`complete_phase`): a tuple whose value misses H_R finishes at once,
+   unmatched: no master row as of the last read of every partition (at most one R-cycle
+   old, the freshness of every cached row); nothing enters H_S. The disk phase is the
+   refresh only, and it also adds the rows of values new in R and drops values whose rows
+   all disappeared (:func:`refresh_complete`), so an insert into R is served within one
+   R-cycle. If R outgrows the budget (at an R-cycle start, or when a refresh would grow
+   H_R beyond it) the mode is left (:func:`leave`): the cache stays, misses go to H_S
+   again and the FSM resumes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from ssbj.core import budget as B
+from ssbj.core import switching as SW
+from ssbj.core.arrowtypes import take_rows
+from ssbj.core.cache import HR_F, HR_SINCE
+from ssbj.core.empties import es_find
+from ssbj.core.hashing import kset_find, mix
+from ssbj.core.hs import EMPTY
+from ssbj.core.interest import interest_test
+from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
+
+if TYPE_CHECKING:
+    from ssbj.core.diskphase import RefreshRows
+    from ssbj.core.keys import EncodedKeys
+    from ssbj.core.operator import SemiStreamJoin
+
+# mypy: disable-error-code="return-value,arg-type,no-any-return"
+
+TAKE_ALL = 3  # FSM codes beside 1 incrementing, 2 switching, 0 phase-out
+COMPLETE = 4
+
+
+# ---------------------------------------------------------------- kernels
+@njit(cache=True, nogil=True)
+def complete_probe(
+    hk: np.ndarray,
+    hused: np.ndarray,
+    hpay: np.ndarray,
+    keys: np.ndarray,
+    valid: np.ndarray,
+    start: int,
+    max_tuples: int,
+) -> tuple[int, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Cache phase of the complete cache over ``keys[start:]``: every tuple finishes here.
+
+    Returns (consumed, pair tuple, pair H_R row, tuples with pairs, null_idx, miss_idx);
+    a miss has no master row. f_count is not kept (nothing is evicted while R fits; it
+    counts again from the R-cycle the complete cache is left, :func:`leave`).
+    """
+    n = keys.shape[0]
+    limit = min(n, start + max_tuples)
+    m = limit - start
+    ps = np.empty(m, dtype=np.int64)
+    pr = np.empty(m, dtype=np.int64)
+    nul = np.empty(m, dtype=np.int64)
+    miss = np.empty(m, dtype=np.int64)
+    every = valid.shape[0] == 0
+    k = 0
+    n_hit = 0
+    nn = 0
+    nm = 0
+    for i in range(start, limit):
+        if not every and not valid[i]:
+            nul[nn] = i
+            nn += 1
+            continue
+        j = kset_find(hk, hused, keys[i])
+        ln = hpay[j, HR_LEN] if j >= 0 else 0
+        if ln == 0:
+            miss[nm] = i
+            nm += 1
+            continue
+        if k + ln > ps.shape[0]:
+            cap = max(2 * ps.shape[0], k + ln)
+            ps2 = np.empty(cap, dtype=np.int64)
+            pr2 = np.empty(cap, dtype=np.int64)
+            ps2[:k] = ps[:k]
+            pr2[:k] = pr[:k]
+            ps, pr = ps2, pr2
+        st = hpay[j, HR_START]
+        for r in range(st, st + ln):
+            ps[k] = i
+            pr[k] = r
+            k += 1
+        n_hit += 1
+    return limit - start, ps[:k], pr[:k], n_hit, nul[:nn], miss[:nm]
+
+
+@njit(cache=True, nogil=True)
+def take_all_rows(
+    mkeys: np.ndarray, mvalid: np.ndarray, hk: np.ndarray, hused: np.ndarray, ek: np.ndarray, ibits: np.ndarray
+) -> np.ndarray:  # pragma: no cover
+    """Rows (in read order) whose value is neither in H_R nor an empty entry: s_B of a take-all R-cycle.
+
+    (A value cached empty that gains rows gets them from the refresh, as always.)
+    """
+    every = mvalid.shape[0] == 0
+    out = np.empty(mkeys.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(mkeys.shape[0]):
+        if not every and not mvalid[i]:
+            continue
+        key = mkeys[i]
+        if interest_test(ibits, mix(key)) and (kset_find(hk, hused, key) >= 0 or es_find(ek, key) >= 0):
+            continue
+        out[n] = i
+        n += 1
+    return out[:n]
+
+
+@njit(cache=True, nogil=True)
+def split_rows(
+    mkeys: np.ndarray, mvalid: np.ndarray, hk: np.ndarray, hused: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Rows of cached values with their H_R slot, and rows of values new to H_R (read order)."""
+    every = mvalid.shape[0] == 0
+    b = mkeys.shape[0]
+    rf_row = np.empty(b, dtype=np.int64)
+    rf_slot = np.empty(b, dtype=np.int64)
+    new = np.empty(b, dtype=np.int64)
+    nrf = 0
+    nn = 0
+    for i in range(b):
+        if not every and not mvalid[i]:
+            continue
+        j = kset_find(hk, hused, mkeys[i])
+        if j >= 0:
+            rf_row[nrf] = i
+            rf_slot[nrf] = j
+            nrf += 1
+        else:
+            new[nn] = i
+            nn += 1
+    return rf_row[:nrf], rf_slot[:nrf], new[:nn]
+
+
+# ---------------------------------------------------------------- mode changes
+def allowed(op: SemiStreamJoin) -> bool:
+    """Whether the spec lets the operator take all of R (SSBJ with a budget, ``complete_cache``)."""
+    return op._use_cache and op.spec.complete_cache and op.spec.memory_budget is not None
+
+
+def end_take_all(
+    op: SemiStreamJoin, resident: bool, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
+) -> None:
+    """At the R-cycle start after a take-all R-cycle: switch all of s_B in; complete if R still fits."""
+    peak = op.memory().total + B.switch_transient(op)  # H_S, old H_R, s_B and the rebuild, at once
+    keys = np.unique(np.concatenate([k for _, k, _, _ in op._sb])) if op._sb else np.zeros(0, np.int64)
+    if len(keys):
+        SW.rebuild_hr(op, np.zeros(0, np.int64), keys)
+        SW.switch_in(op, keys, pairs, unmatched)
+    op._sb, op._sb_bytes = [], 0
+    op._take_all = False
+    op._take_all_reserve = 0
+    op._sb_peak = op._sb_peak_before  # s_B of the take-all R-cycle is no switching buffer to reserve again
+    op._complete_seen.clear()
+    op._switch_peak = peak
+    op._c.bump("take_all_values", len(keys))
+    if resident and allowed(op):
+        _finish_hs(op, unmatched)
+        op.cache.empties.drop_mask(np.ones(op.cache.empties.size, dtype=bool))  # a miss needs no entry now
+        op._complete = True
+        op._c.bump("complete_entered")
+
+
+def next_mode(op: SemiStreamJoin, resident: bool) -> None:
+    """At an R-cycle start (after the phase-out): leave the complete cache, or start a take-all R-cycle."""
+    if op._complete:
+        if not (resident and allowed(op)):
+            leave(op)
+        return
+    if op._take_all or op._sb or not (resident and allowed(op)) or not take_all_fits(op):
+        op._take_all_pending = False
+        return
+    reserve = B.take_all_bytes(op)
+    if not op._take_all_pending:
+        op._sb_peak_before = op._sb_peak
+    op._take_all_reserve = reserve
+    if op._take_all_pending or _ring_fits_beside(op, reserve):
+        op._take_all_pending = False
+        op._take_all = True
+        op._c.bump("take_all_cycles")
+    else:  # H_S's live tuples hold the room: reserve it for an R-cycle first, while the ring shrinks
+        op._take_all_pending = True
+        op._c.bump("take_all_deferred")
+
+
+def _ring_fits_beside(op: SemiStreamJoin, reserve: int) -> bool:
+    """Whether H_S's live tuples fit in what the budget leaves H_S beside ``reserve``.
+
+    (The ring cannot shrink under its live tuples.)
+    """
+    budget = op.spec.memory_budget
+    assert budget is not None  # noqa: S101 - allowed() checked it
+    per = B.per_tuple_bytes(op)
+    avail = budget - (B.fixed_bytes(op, sb_reserve=False) + reserve)
+    k = max(op._k, 1)
+    return op.hs.span * per <= avail * (1.0 - 1.0 / k)
+
+
+def take_all_fits(op: SemiStreamJoin) -> bool:
+    """Whether a take-all R-cycle fits: its s_B and switch-in beside everything else, and H_S's tenth."""
+    budget = op.spec.memory_budget
+    if budget is None:
+        return False
+    hs = SW.RESIDENT_HS_SHARE * budget
+    # beside what is held now (no s_B reserve): s_B, the switch-in, and the temporaries of an
+    # H_S of that share (the ring shrinks to what the take-all leaves it)
+    temps = op._transient_per_tuple * hs / max(B.per_tuple_bytes(op), 1.0)
+    held = B.fixed_bytes(op, sb_reserve=False) - B.temporaries_reserve(op) + temps
+    return held + B.take_all_bytes(op) + hs <= budget
+
+
+def refresh_fits(op: SemiStreamJoin, rows: int) -> bool:
+    """Whether H_R of ``rows`` rows still holds all of R, and its rebuild fits beside everything held now."""
+    budget = op.spec.memory_budget
+    if budget is None or not SW.holds_rows(op, rows):
+        return False
+    grow = max(0, rows - op.cache.rows) * (B.layout_row_bytes(op) + 4 + op.entry_cost())
+    return op.memory().total + grow + B.rebuild_bytes(op, rows) <= budget
+
+
+def leave(op: SemiStreamJoin) -> None:
+    """Leave the complete cache: H_R stays as it is, misses go to H_S again, the FSM resumes."""
+    op._complete = False
+    op._complete_seen.clear()
+    pay = op.cache.index.payload
+    pay[:, HR_F] = 0  # (not counted while complete) eviction counts the hits from now
+    pay[:, HR_SINCE] = op._rc
+    op._c.bump("complete_left")
+    if op.spec.memory_budget is not None:
+        B.adapt(op)  # H_S had a token ring while complete
+
+
+def _finish_hs(op: SemiStreamJoin, unmatched: list[pa.Table]) -> None:
+    """Finish every tuple left in H_S: its value had no master row in the take-all R-cycle."""
+    hs = op.hs
+    if hs.live:
+        slots = np.arange(hs.lo, hs.hi, dtype=np.int64)
+        slots = slots[~hs.removed(slots)]
+        matched = hs.matched(slots)
+        n_m = int(np.count_nonzero(matched))
+        op._c.matched += n_m
+        op._c.served_disk += len(slots)
+        if n_m < len(slots):
+            unmatched.append(hs.take(slots[~matched]))
+            op._c.bump("hs_unmatched", len(slots) - n_m)
+    hs.rows.drop_before(hs.hi)
+    hs.hix.fill(EMPTY)
+    hs.values = 0
+    hs.live = 0
+    hs.row_bytes = 0
+    while len(hs.queue):
+        hs.queue.pop()
+
+
+# ---------------------------------------------------------------- cache phase
+def complete_phase(
+    op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
+) -> tuple[int, int, int]:
+    """READ up to ``max_step_tuples`` stream tuples and finish each against H_R (hit or no master row)."""
+    remaining = op.spec.max_step_tuples
+    cache = op.cache
+    w_n = w_null = n_miss = 0
+    hr_table: pa.Table | None = None
+    while op._buffer and remaining > 0:
+        buf = op._buffer[0]
+        start = buf.pos
+        consumed, ps, pr, n_hits, null_idx, miss_idx = complete_probe(
+            cache.index.keys, cache.index.used, cache.index.payload, buf.keys.values, buf.keys.valid, start, remaining
+        )
+        consumed, n_hits = int(consumed), int(n_hits)
+        op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
+        remaining -= consumed
+        buf.pos += consumed
+        parts = [a for a in (ps, null_idx, miss_idx) if len(a)]
+        taken = take_rows(buf.table, parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else None
+        s = taken.slice(0, len(ps)) if len(ps) else None  # type: ignore[union-attr]
+        if len(null_idx) or len(miss_idx):
+            unmatched.append(taken.slice(len(ps)))  # type: ignore[union-attr]
+            w_null += len(null_idx)
+            w_n += len(miss_idx)
+            n_miss += len(miss_idx)
+        if n_hits:
+            if hr_table is None:
+                hr_table = cache.table().select(op._pair_idx)
+            m = take_rows(hr_table, pr)
+            ok = op._verified(s, m)  # type: ignore[arg-type]
+            n_matched = n_hits
+            if ok is not None:  # hashed keys: a tuple whose every pair fails matches nothing
+                hit_tuples = np.unique(ps)
+                s, m, ps = s.filter(ok), m.filter(ok), ps[ok]  # type: ignore[union-attr]
+                lost = np.setdiff1d(hit_tuples, ps)
+                n_matched -= len(lost)
+                if len(lost):
+                    unmatched.append(buf.table.take(lost))
+            if len(ps):
+                pairs.append((s, m))  # type: ignore[arg-type]
+            op._c.matched += n_matched
+            w_n += n_hits
+        if buf.pos >= buf.table.num_rows:
+            op._buffer.popleft()
+    op._c.served_cache += w_n
+    op._c.null_keys += w_null
+    if n_miss:
+        op._c.bump("complete_missed", n_miss)
+    return w_n, 0, w_null
+
+
+# ---------------------------------------------------------------- disk phase
+def complete_piece(op: SemiStreamJoin, p: int, part: pa.Table, mk: EncodedKeys, acc: RefreshRows) -> None:
+    """Run the disk phase of the complete cache on one piece of a partition: gather what the refresh needs."""
+    if not acc.refresh:
+        return
+    if acc.whole and p in op._complete_seen:
+        seen = _views_of_resident(op, p, part)
+        if seen is not None and op._complete_seen[p][0] == seen:
+            acc.refresh = False  # the whole partition, unchanged since H_R's rows of it were made equal to it
+            return
+    cache = op.cache
+    rf_row, rf_slot, new = split_rows(mk.values, mk.valid, cache.index.keys, cache.index.used)
+    op._note_transient(rf_row.nbytes + rf_slot.nbytes + new.nbytes)
+    rows = acc.rows(op, part, mk.values, mk.valid, rf_row, rf_slot, 0, new)
+    if rows is not None:
+        acc.keep(op, take_rows(part, rows), mk.values, rows, len(rf_row), rf_slot)
+
+
+def refresh_complete(
+    op: SemiStreamJoin,
+    p: int,
+    part: pa.Table,
+    keys: np.ndarray,
+    rf_row: np.ndarray,
+    rf_slot: np.ndarray,
+    n_new: int,
+) -> bool:
+    """Make H_R's rows read from partition p what was read now: updates, deletes and new values.
+
+    ``part`` holds the valid rows of p (``keys`` their encoded keys), ``rf_row`` those of
+    values cached now (``rf_slot`` their index slot), ``n_new`` rows are of other values.
+    A value whose rows are all gone leaves H_R (a miss is answered anyway). If H_R would
+    outgrow the budget, the complete cache is left and only cached values are refreshed.
+    Returns whether H_R changed.
+    """
+    cache = op.cache
+    if len(rf_row) == 0 and n_new == 0 and cache.cnt_src[p] == 0:
+        return False
+    seen = _views_of_resident(op, p, part)
+    if seen is not None and op._complete_seen.get(p, (None,))[0] == seen:
+        return False  # the very buffers H_R's rows of p were last made equal to (immutable)
+    changed = n_new > 0
+    if not changed:
+        old, matched = refresh_pairs(cache.index.payload, cache.src, rf_row, rf_slot, p)
+        changed = matched != len(rf_row) or matched != cache.cnt_src[p]
+        if not changed and matched:
+            changed = not rows_equal(part, rf_row, cache.columns, old)
+    if not changed:
+        _remember(op, p, part, seen)
+        return False
+    rows_after = cache.rows - int(cache.cnt_src[p]) + part.num_rows
+    if not refresh_fits(op, rows_after):
+        leave(op)  # R grew beyond the budget: the cached values are refreshed as usual
+        op._c.bump("complete_outgrown")
+        return cache.refresh(p, part, keys, rf_row, rf_slot, 0, op._rc)
+    before = cache.index.keys[cache.index.used]
+    op._switch_transient = max(op._switch_transient, B.rebuild_bytes(op, rows_after))  # (reported with the step)
+    cache.rebuild(np.zeros(0, np.int64), part, keys, np.full(part.num_rows, p, np.int32), op._rc, keep_src_not=p)
+    if n_new:
+        added = np.unique(keys[~np.isin(keys, before)])
+        op.interest.add(added)
+        if op.interest.overfull:
+            op.rebuild_interest()
+        op._c.bump("complete_values_added", len(added))
+    _remember(op, p, part, seen)
+    return True
+
+
+def _buffers(t: pa.Table) -> tuple[tuple[int, int, int, int], ...]:
+    """Identity of a table's data: (address, size, offset, length) of every buffer of every chunk."""
+    out: list[tuple[int, int, int, int]] = []
+    for col in t.columns:
+        for ch in col.chunks:
+            out.extend((b.address, b.size, ch.offset, len(ch)) for b in ch.buffers() if b is not None)
+    return tuple(out)
+
+
+def _views_of_resident(op: SemiStreamJoin, p: int, part: pa.Table) -> tuple[tuple[int, int, int, int], ...] | None:
+    """Return the buffers of partition p as read, if they are the master's resident partition (else None).
+
+    Arrow buffers are immutable, so a read of p that returns the very buffers of the last read
+    brings the same rows. Only views of data the master holds anyway are remembered (holding
+    them costs nothing); a partition read into new buffers is compared row by row.
+    """
+    get = getattr(op.master, "resident_partition", None)
+    if get is None:
+        return None
+    ids = _buffers(part)
+    return ids if ids == _buffers(get(p).select(op._mcols)) else None
+
+
+def _remember(op: SemiStreamJoin, p: int, part: pa.Table, seen: tuple[tuple[int, int, int, int], ...] | None) -> None:
+    """H_R's rows of p now equal ``part``'s: remember its buffers (and hold them, so no address is reused).
+
+    (The master's own buffers: holding them costs the operator nothing.)
+    """
+    if seen is None:
+        op._complete_seen.pop(p, None)
+    else:
+        held = [b for col in part.columns for ch in col.chunks for b in ch.buffers() if b is not None]
+        op._complete_seen[p] = (seen, held)

@@ -1,0 +1,497 @@
+"""The complete cache (Theorem 3 (c), ``ssbj.core.complete``): with a budget that holds all of R.
+
+* reached within two R-cycles (one to measure R, one take-all R-cycle); H_S then stays
+  empty and the output is exact (duplicates, NULL keys, unmatched keys, many-to-many);
+* exact across checkpoints and restores at any step (hypothesis), mid take-all or while
+  complete included, step for step the uninterrupted run;
+* inserts (new values), deletes (of every row of a value too), updates and key changes of
+  R reach the output within one R-cycle;
+* when R outgrows the budget the mode is left: the cache stays, misses go to H_S again,
+  and nothing is lost or wrong;
+* the budget: the take-all's s_B and switch-in are reserved and reported, the peak stays
+  <= 1.05x; a budget without room for the switch-in never starts it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from reference import as_multiset, batch_join, unmatched_reference
+
+from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
+from ssbj.core import budget as B
+from ssbj.core import complete as CC
+from ssbj.core.checkpoint import DirectoryStore
+from ssbj.core.switching import holds_all_of_r
+
+
+def _budget_module() -> Any:
+    """tests/core/test_budget_enforced.py (its independent walk of the operator's live arrays)."""
+    path = Path(__file__).with_name("test_budget_enforced.py")
+    spec = importlib.util.spec_from_file_location("_complete_budget_walk", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+live_bytes = _budget_module().live_bytes
+
+
+class RangeMaster:
+    """R as rows keyed by a primary key: partition p holds pk in [p*b, (p+1)*b), the last is open.
+
+    The test changes ``rows`` between steps; with ``pieces`` the partitions stream in pieces;
+    ``resident``: an in-memory store (``MasterResident``) that hands out the same table while
+    a partition's rows stay the same, new buffers when they changed.
+    """
+
+    def __init__(
+        self, rows: dict[int, tuple[int | None, str]], b: int, k: int, pieces: bool = False, resident: bool = False
+    ) -> None:
+        self.rows = rows
+        self._b, self._k = b, k
+        self._held: dict[int, tuple[Any, pa.Table]] = {}
+        if pieces:
+            self.read_partition_chunks = self._chunks
+        if resident:
+            self.resident_partition = self.read_partition
+
+    @property
+    def partition_rows(self) -> int:
+        return self._b
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+    def num_partitions(self) -> int:
+        return self._k
+
+    def _table(self, pks: list[int]) -> pa.Table:
+        return pa.table(
+            {
+                "pk": pa.array(pks, pa.int64()),
+                "key": pa.array([self.rows[p][0] for p in pks], pa.int64()),
+                "v": pa.array([self.rows[p][1] for p in pks], pa.string()),
+            }
+        )
+
+    def table(self) -> pa.Table:
+        return self._table(sorted(self.rows))
+
+    def read_partition(self, p: int) -> pa.Table:
+        lo, hi = p * self._b, ((p + 1) * self._b if p < self._k - 1 else 1 << 62)
+        pks = [x for x in sorted(self.rows) if lo <= x < hi]
+        state = tuple((x, self.rows[x]) for x in pks)
+        if p not in self._held or self._held[p][0] != state:
+            self._held[p] = (state, self._table(pks))
+        return self._held[p][1]
+
+    def _chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
+        t = self.read_partition(p)
+        for i in range(0, max(t.num_rows, 1), rows):
+            yield t.slice(i, rows)
+
+    def repartition(self, partition_rows: int) -> RangeMaster:
+        return RangeMaster(self.rows, partition_rows, self._k)
+
+
+def _master(rng: random.Random, n: int = 120, domain: int = 40, spacing: int = 1) -> dict[int, tuple[int | None, str]]:
+    """Keys with duplicates (many-to-many) and a few NULLs; some values of the domain have no row."""
+    return {pk * spacing: (None if rng.random() < 0.05 else rng.randrange(domain), f"v0-{pk}") for pk in range(n)}
+
+
+def _stream(rng: random.Random, first_id: int, n: int, domain: int = 60) -> pa.Table:
+    """Zipf-like keys over [0, domain) (values >= 40 have no master row at first), and NULLs."""
+    keys: list[int | None] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.03:
+            keys.append(None)
+        elif r < 0.25:  # the values the tests insert into R, or move rows to
+            keys.append(rng.randrange(40, 52))
+        else:
+            keys.append(min(int(rng.paretovariate(0.7)) - 1, domain - 1))
+    return pa.table({"id": pa.array(range(first_id, first_id + n), pa.int64()), "k": pa.array(keys, pa.int64())})
+
+
+def _spec(budget: int | None = 1 << 22, **kw: Any) -> JoinSpec:
+    return JoinSpec(
+        stream_key="k", master_key="key", master_columns=("pk", "v"), chunk_bytes=2_000, memory_budget=budget, **kw
+    )
+
+
+def _check_totals(op: SemiStreamJoin) -> None:
+    t = op.totals()
+    assert t["tuples_in"] == t["matched_source_rows"] + t["unmatched_source_rows"] + t["waiting"]
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+@pytest.mark.parametrize("strings", [False, True])
+def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(pieces: bool, strings: bool) -> None:
+    rng = random.Random(3)
+    rows = _master(rng)
+    master = RangeMaster(rows, b=20, k=6, pieces=pieces)
+    mt = master.table()
+    batches = [_stream(rng, i * 80, 80) for i in range(60)]
+    if strings:  # hashed keys: every pair is verified
+        conv = pc.cast(mt.column("key"), pa.string())
+        mt = mt.set_column(1, "key", conv)
+        batches = [b.set_column(1, "k", pc.cast(b.column("k"), pa.string())) for b in batches]
+        master = ArrowMaster(mt, 20)  # type: ignore[assignment]
+    spec = _spec(disk_chunk_rows=7 if pieces else None)
+    op = SemiStreamJoin(spec, master, batches[0].schema, mt.schema)
+    out: Counter[Any] = Counter()
+    um: Counter[Any] = Counter()
+    complete_at = None
+    for b in batches:
+        op.push(b)
+        r = op.step()
+        out += as_multiset(r.enriched)
+        um += as_multiset(r.unmatched)
+        _check_totals(op)
+        m = r.metrics
+        if op.complete and complete_at is None:
+            complete_at = m.r_cycle
+            assert m.fsm_state == "complete"
+        if complete_at is not None:
+            assert op.complete and m.hs_tuples == 0 and m.w_s == 0 and op.hs_tuples == 0
+            assert m.w_n + m.null_keys == m.w
+    for r in op.drain():
+        out += as_multiset(r.enriched)
+        um += as_multiset(r.unmatched)
+    assert complete_at is not None and complete_at <= 3  # R-cycle 1 measures R, 2 takes all of it
+    assert op._c.extra.get("take_all_cycles") == 1 and op._c.extra.get("complete_missed", 0) > 0
+    stream = pa.concat_tables(batches)
+    assert out == batch_join(stream, mt, "k", "key", ["pk", "v"])
+    assert um == unmatched_reference(stream, mt, "k", "key")
+    assert op.cache.rows == sum(1 for k, _ in rows.values() if k is not None)  # all of R
+    _check_totals(op)
+
+
+def test_off_by_spec_keeps_the_fsm() -> None:
+    rng = random.Random(3)
+    master = RangeMaster(_master(rng), b=20, k=6)
+    op = SemiStreamJoin(_spec(complete_cache=False), master, _stream(rng, 0, 1).schema, master.table().schema)
+    for i in range(40):
+        op.push(_stream(rng, i * 80, 80))
+        r = op.step()
+        assert r.metrics.fsm_state not in ("take-all", "complete")
+    assert holds_all_of_r(op) and not op.complete and op.hs_tuples > 0
+
+
+# ---------------------------------------------------------------- checkpoints (hypothesis)
+KEY = st.one_of(st.none(), st.integers(0, 14))
+
+
+@st.composite
+def scenario(draw: Any) -> dict[str, Any]:
+    return {
+        "master_keys": draw(st.lists(KEY, max_size=30)),
+        "stream_keys": draw(st.lists(st.one_of(st.integers(0, 3), KEY), min_size=80, max_size=300)),
+        "b": draw(st.integers(2, 12)),
+        "batch": draw(st.integers(1, 6)),
+        "chunk_bytes": draw(st.integers(1, 300)),
+        # mostly enough for all of R and its switch-in; sometimes not
+        "memory_budget": draw(st.sampled_from([3_000, 50_000, 1 << 21])),
+        "strings": draw(st.booleans()),
+        "pieces": draw(st.sampled_from([None, 1, 3])),
+        "r_filter": draw(st.sampled_from(["auto", "off"])),
+        "cuts": draw(st.sets(st.integers(0, 100), min_size=1, max_size=6)),
+    }
+
+
+def _tables(sc: dict[str, Any]) -> tuple[pa.Table, pa.Table]:
+    conv = (lambda k: None if k is None else f"v{k}") if sc["strings"] else (lambda k: k)
+    ktype = pa.string() if sc["strings"] else pa.int64()
+    mk = [conv(k) for k in sc["master_keys"]]
+    sk = [conv(k) for k in sc["stream_keys"]]
+    master = pa.table({"mk": pa.array(mk, ktype), "mval": pa.array(range(len(mk)), pa.int64())})
+    stream = pa.table({"sid": pa.array(range(len(sk)), pa.int64()), "sk": pa.array(sk, ktype)})
+    return stream, master
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenario())
+def test_exact_across_restores_at_random_steps(sc: dict[str, Any], tmp_path_factory: Any) -> None:
+    """One batch pushed per step (so the run lasts R-cycles), restores at random steps."""
+    stream, master = _tables(sc)
+    spec = JoinSpec(
+        "sk",
+        "mk",
+        ("mval", "mk"),
+        chunk_bytes=sc["chunk_bytes"],
+        memory_budget=sc["memory_budget"],
+        disk_chunk_rows=sc["pieces"],
+        r_filter=sc["r_filter"],
+        eviction_interval=2,
+    )
+    batches = stream.to_batches(max_chunksize=sc["batch"])
+
+    def fresh() -> SemiStreamJoin:
+        return SemiStreamJoin(spec, ArrowMaster(master, sc["b"]), stream.schema, master.schema)
+
+    def run(cuts: set[int], store: DirectoryStore | None) -> list[tuple[Counter[Any], Counter[Any]]]:
+        op = fresh()
+        steps = []
+        i = 0
+        while i < len(batches) or op.waiting_tuples:
+            if i in cuts and store is not None:
+                state = "while complete" if op.complete else "mid take-all" if op._take_all else "otherwise"
+                event(f"restored {state}")
+                op.checkpoint(store, i)
+                op = SemiStreamJoin.restore(store, spec, ArrowMaster(master, sc["b"]), stream.schema, master.schema)
+            if i < len(batches):
+                op.push(batches[i])
+            r = op.step()
+            steps.append((as_multiset(r.enriched), as_multiset(r.unmatched)))
+            i += 1
+        event(f"complete at the end: {op.complete}")
+        _check_totals(op)
+        return steps
+
+    reference = run(set(), None)
+    assert sum((e for e, _ in reference), Counter()) == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
+    assert sum((u for _, u in reference), Counter()) == unmatched_reference(stream, master, "sk", "mk")
+    assert run(sc["cuts"], DirectoryStore(tmp_path_factory.mktemp("ckpt"))) == reference
+
+
+def _until(op: SemiStreamJoin, rng: random.Random, done: Any, next_id: int) -> int:
+    for _ in range(200):
+        if done(op):
+            return next_id
+        op.push(_stream(rng, next_id, 50))
+        next_id += 50
+        op.step()
+    raise AssertionError("state never reached")
+
+
+@pytest.mark.parametrize("when", ["take-all", "complete"])
+def test_restore_mid_take_all_or_while_complete_continues_exactly(when: str, tmp_path: Any) -> None:
+    """A restore in the middle of the take-all R-cycle (s_B half full) or while complete."""
+    rng = random.Random(11)
+    master = RangeMaster(_master(rng), b=20, k=6)
+    mt = master.table()
+    spec = _spec()
+    schema = _stream(rng, 0, 1).schema
+
+    def at_state(op: SemiStreamJoin) -> bool:
+        if when == "take-all":
+            return op._take_all and len(op._sb) > 0 and op._p == 3
+        return op.complete and op._p == 2
+
+    op = SemiStreamJoin(spec, master, schema, mt.schema)
+    start = _until(op, random.Random(5), at_state, 0)
+    tail = [_stream(rng, start + i * 50, 50) for i in range(30)]
+    op.checkpoint(DirectoryStore(tmp_path), 1)
+    restored = SemiStreamJoin.restore(DirectoryStore(tmp_path), spec, master, schema, mt.schema)
+    assert restored._take_all == op._take_all and restored.complete == op.complete
+    for b in tail:
+        for o in (op, restored):
+            o.push(b)
+        a, r = op.step(), restored.step()
+        assert as_multiset(a.enriched) == as_multiset(r.enriched)
+        assert as_multiset(a.unmatched) == as_multiset(r.unmatched)
+        assert a.metrics.fsm_state == r.metrics.fsm_state
+    assert restored.complete
+    a_t, r_t = op.totals(), restored.totals()
+    for name in ("tuples_in", "matched_source_rows", "unmatched_source_rows", "output_rows", "served_by_cache"):
+        assert a_t[name] == r_t[name]
+
+
+# ---------------------------------------------------------------- freshness
+def _late_output(
+    outputs: list[tuple[int, pa.Table, pa.Table]], late_ids: set[int]
+) -> tuple[Counter[tuple[Any, ...]], Counter[tuple[Any, ...]]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    um: Counter[tuple[Any, ...]] = Counter()
+    for _, enriched, unmatched in outputs:
+        for row, cnt in as_multiset(enriched).items():
+            if row[0] in late_ids:
+                out[row] += cnt
+        for row, cnt in as_multiset(unmatched).items():
+            if row[0] in late_ids:
+                um[row] += cnt
+    return out, um
+
+
+@pytest.mark.parametrize(("pieces", "resident"), [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("checkpoint_each_step", [False, True])
+def test_master_changes_reach_the_complete_cache_within_one_r_cycle(
+    tmp_path: Any, checkpoint_each_step: bool, pieces: bool, resident: bool
+) -> None:
+    """``resident``: a partition read again into the same buffers is known unchanged, without comparing rows."""
+    rng = random.Random(7)
+    master = RangeMaster(_master(rng), b=20, k=6, pieces=pieces, resident=resident)
+    spec = _spec(disk_chunk_rows=5 if pieces else None)
+    schema = _stream(rng, 0, 1).schema
+    mschema = master.table().schema
+    op = SemiStreamJoin(spec, master, schema, mschema)
+    store = DirectoryStore(tmp_path)
+    k = master.num_partitions()
+    next_id = 0
+    outputs: list[tuple[int, pa.Table, pa.Table]] = []
+    pushed_at: dict[int, int] = {}
+    batches: list[pa.Table] = []
+    changes: list[int] = []  # steps at which R changed (before the step)
+    for step in range(16 * k):
+        if op.complete and len(changes) < 2 and (not changes or step >= changes[-1] + 2 * k):
+            # update every row, delete one row, every row of one value and insert new values
+            for pk, (key, _) in list(master.rows.items()):
+                master.rows[pk] = (key, f"v{len(changes) + 1}-{pk}")
+            gone = next(key for key, _ in master.rows.values() if key is not None)
+            for pk in [pk for pk, (key, _) in master.rows.items() if key == gone]:
+                del master.rows[pk]
+            del master.rows[min(master.rows)]
+            base = 1000 * (len(changes) + 1)
+            master.rows[base] = (45 + len(changes), f"new-{base}")  # a value new to R, in the last partition
+            master.rows[base + 1] = (45 + len(changes), f"new-{base + 1}")
+            master.rows[7] = (50 + len(changes), f"moved-{7}")  # a key change: row 7 leaves its value for a new one
+            changes.append(step)
+        batch = _stream(rng, next_id, 60)
+        batches.append(batch)
+        for i in range(next_id, next_id + 60):
+            pushed_at[i] = step
+        next_id += 60
+        op.push(batch)
+        res = op.step()
+        outputs.append((step, res.enriched, res.unmatched))
+        if checkpoint_each_step:
+            op.checkpoint(store, step)
+            op = SemiStreamJoin.restore(store, spec, master, schema, mschema)
+    assert len(changes) == 2 and op.complete
+    assert op._c.extra.get("complete_values_added", 0) >= 2
+    assert bool(op._complete_seen) == (resident and not pieces and not checkpoint_each_step)  # (not checkpointed)
+    for r in op.drain():
+        outputs.append((-1, r.enriched, r.unmatched))
+    # every tuple that arrived one R-cycle (k steps) after the last change sees only the new R
+    late_ids = {i for i, s in pushed_at.items() if s >= changes[-1] + k}
+    out, um = _late_output(outputs, late_ids)
+    ids = pa.array(sorted(late_ids), pa.int64())
+    late = pa.concat_tables([t.filter(pc.is_in(t.column("id"), ids)) for t in batches])
+    mt = master.table()
+    assert out == batch_join(late, mt, "k", "key", ["pk", "v"])
+    assert um == unmatched_reference(late, mt, "k", "key")
+    assert any(r[2] == 2001 for r in out)  # the new value's rows are served
+    assert any(r[2] == 7 and r[1] == 51 for r in out)  # the changed key
+    # and between the two changes: one R-cycle after the first, the first version of R
+    mid_ids = {i for i, s in pushed_at.items() if changes[0] + k <= s < changes[1]}
+    assert mid_ids
+    out1, _ = _late_output(outputs, mid_ids)
+    assert all(str(r[3]).startswith(("v1-", "new-", "moved-")) for r in out1)
+    assert not any(r[1] == 46 for r in out1)  # inserted by the second change only
+    _check_totals(op)
+
+
+# ---------------------------------------------------------------- R outgrows the budget
+def test_leaves_complete_mode_when_r_outgrows_the_budget() -> None:
+    rng = random.Random(5)
+    master = RangeMaster(_master(rng, n=120, spacing=50), b=1000, k=6)
+    schema = _stream(rng, 0, 1).schema
+    mschema = master.table().schema
+    budget = 160_000
+    op = SemiStreamJoin(_spec(budget), master, schema, mschema)
+    next_id = 0
+    outputs: list[tuple[int, pa.Table, pa.Table]] = []
+    pushed_at: dict[int, int] = {}
+    batches: list[pa.Table] = []
+    grown_at = None
+    left_at = None
+    hs_after_leaving = 0
+    peaks: list[float] = []
+    for step in range(30 * 6):
+        if op.complete and grown_at is None:
+            for pk in range(6_000):  # R grows 30-fold in every partition, with values new to it
+                if pk not in master.rows:
+                    master.rows[pk] = (rng.randrange(40, 160), f"g-{pk}")
+            grown_at = step
+        batch = _stream(rng, next_id, 60)
+        batches.append(batch)
+        for i in range(next_id, next_id + 60):
+            pushed_at[i] = step
+        next_id += 60
+        op.push(batch)
+        res = op.step()
+        outputs.append((step, res.enriched, res.unmatched))
+        if res.metrics.step > 0:
+            peaks.append(res.metrics.memory.total / budget)
+        if grown_at is not None and left_at is None and not op.complete:
+            left_at = step
+        if left_at is not None:
+            hs_after_leaving = max(hs_after_leaving, op.hs_tuples)
+    assert grown_at is not None and left_at is not None and not op.complete
+    assert op._c.extra.get("complete_left", 0) >= 1 and hs_after_leaving > 0  # misses went to H_S again
+    assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
+    for r in op.drain():
+        outputs.append((-1, r.enriched, r.unmatched))
+    late_ids = {i for i, s in pushed_at.items() if s >= grown_at + 6}
+    out, um = _late_output(outputs, late_ids)
+    ids = pa.array(sorted(late_ids), pa.int64())
+    late = pa.concat_tables([t.filter(pc.is_in(t.column("id"), ids)) for t in batches])
+    mt = master.table()
+    assert out == batch_join(late, mt, "k", "key", ["pk", "v"])
+    assert um == unmatched_reference(late, mt, "k", "key")
+    _check_totals(op)
+
+
+# ---------------------------------------------------------------- the budget
+def _zipf(n_master: int, n_stream: int, seed: int = 3) -> tuple[pa.Table, pa.Table]:
+    rng = np.random.default_rng(seed)
+    master = pa.table(
+        {
+            "mid": np.arange(n_master, dtype=np.int64),
+            "mk": rng.integers(0, n_master, n_master),
+            "attr": rng.integers(0, 100, n_master),
+        }
+    )
+    p = 1.0 / np.arange(1, int(1.2 * n_master) + 1)
+    p /= p.sum()
+    keys = rng.choice(len(p), n_stream, p=p)  # a sixth of the stream's values have no master row
+    return pa.table({"sid": np.arange(n_stream, dtype=np.int64), "sk": keys}), master
+
+
+@pytest.mark.parametrize("budget", [450_000, 1_500_000, 4_000_000])
+def test_budget_peak_with_the_take_all_and_its_switch_in(budget: int) -> None:
+    """The take-all R-cycle's s_B and the switch-in (old H_R, s_B and the rebuild at once) stay within 1.05x.
+
+    What is accounted is what is held (the live arrays), through the take-all and while complete.
+    """
+    stream, master = _zipf(5_000, 120_000)
+    spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=budget, chunk_bytes=20_000)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 1_000), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    peaks: list[float] = []
+    switch = 0
+    reserved = False
+    for r in op.run(stream.to_batches(max_chunksize=4_000)):
+        out += as_multiset(r.enriched)
+        if r.metrics.step > 0:
+            peaks.append(r.metrics.memory.total / budget)
+        mem = r.metrics.memory
+        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table + mem.prefetch + mem.r_filter
+        assert live_bytes(op) == pytest.approx(held, rel=0.01, abs=256), (r.metrics.step, mem.to_dict())
+        if op._take_all:
+            reserved |= B.fixed_bytes(op) >= op.cache.nbytes() + op._take_all_reserve
+            assert op._sb_bytes <= op._take_all_reserve  # s_B stays within what was reserved
+        if op._switch_peak:
+            switch = op._switch_peak
+            assert r.metrics.memory.total >= op._switch_peak  # the step reports the switch-in's peak
+    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+    assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
+    if budget == 450_000:  # R's rows fit (holds_all_of_r), but not the switch-in: the FSM as before
+        assert holds_all_of_r(op) and not CC.take_all_fits(op)
+        assert not op.complete and op._c.extra.get("take_all_cycles", 0) == 0
+    else:
+        assert op.complete and reserved and switch > 0
