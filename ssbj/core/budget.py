@@ -35,7 +35,7 @@ import numpy as np
 
 from ssbj.core.cache import INDEX_LOAD as HR_INDEX_LOAD
 from ssbj.core.hashing import KeyedTable, capacity_for
-from ssbj.core.hs import INDEX_LOAD, INDEX_SLOT
+from ssbj.core.hsindex import INDEX_LOAD, INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
 from ssbj.core.stats import candidate_bytes
 

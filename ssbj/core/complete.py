@@ -39,14 +39,14 @@ from ssbj.core.arrowtypes import take_rows
 from ssbj.core.cache import HR_F, HR_SINCE
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
-from ssbj.core.hs import EMPTY
+from ssbj.core.hsindex import EMPTY
 from ssbj.core.interest import interest_test
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 
 if TYPE_CHECKING:
-    from ssbj.core.diskphase import RefreshRows
     from ssbj.core.keys import EncodedKeys
     from ssbj.core.operator import SemiStreamJoin
+    from ssbj.core.scanacc import RefreshRows
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

@@ -26,16 +26,17 @@ from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import plain_table, take_rows
-from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, refresh_complete, take_all_rows
+from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, take_all_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, kset_slot, mix
-from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, hs_expire, ix_find
+from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH
+from ssbj.core.hsindex import ix_find
 from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
 from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
 from ssbj.core.rowsize import row_nbytes
-from ssbj.core.switching import cache_empties
+from ssbj.core.scanacc import RefreshRows
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -189,89 +190,7 @@ def disk_probe(
     return pm[:k], psl[:k], sb[:nsb], rf_row[:nrf], rf_slot[:nrf], n_empty
 
 
-# ---------------------------------------------------------------- the phase, and expiry
-class RefreshRows:
-    """The rows of one partition the cache refresh needs, gathered over its pieces.
-
-    :meth:`Cache.refresh` replaces *all* cached rows read from partition p, so it runs
-    once per partition, after the last piece, with the rows of every piece whose value is
-    cached (with rows, or empty); those rows are copied out of each piece (``take``, few:
-    at most the cached rows of p and the new rows of empty values) so the piece can go.
-    A partition read whole is passed as it is.
-    """
-
-    def __init__(self, whole: bool) -> None:
-        self.whole = whole
-        self.raw: tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self.cut: list[tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.n_empty = 0
-        self.n_new = 0  # rows of values not in H_R (the complete cache adds them)
-        self.refresh = False  # whether the pieces are probed for the refresh (H_R not empty)
-        self.costs = (0.0, 0.0, 0.0)  # tuple, row and entry cost of the cache inequality
-        self.slots: list[np.ndarray] = []  # H_S slots of the pairs (offsets from lo, int32), per piece
-        self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
-        self.max_rows = 0  # rows of the largest piece so far
-
-    def rows(
-        self,
-        op: SemiStreamJoin,
-        part: pa.Table,
-        keys: np.ndarray,
-        valid: np.ndarray,
-        rf_row: np.ndarray,
-        rf_slot: np.ndarray,
-        n_empty: int,
-        new: np.ndarray | None = None,
-    ) -> np.ndarray | None:
-        """Rows of this piece the refresh needs copied out (None: none, or the piece is kept whole).
-
-        ``new``: rows of values not in H_R, for the complete cache (:mod:`ssbj.core.complete`).
-        """
-        self.n_empty += n_empty
-        n_new = 0 if new is None else len(new)
-        self.n_new += n_new
-        if len(rf_row) == 0 and n_empty == 0 and n_new == 0:
-            return None
-        if self.whole and valid.all():
-            # (with NULL keys the rows are cut: refresh caches every row whose *encoded* key is
-            # cached, and a NULL's encoding is a value too)
-            self.raw = (part, keys, rf_row, rf_slot)
-            return None
-        if n_new:
-            return np.concatenate([rf_row, new])  # type: ignore[list-item]
-        if not n_empty:
-            return rf_row
-        # rows of values cached empty (new in R): the refresh gives them cached rows
-        e = op.cache.empties
-        return np.concatenate([rf_row, np.flatnonzero(valid & np.isin(keys, e.keys))])
-
-    def keep(
-        self, op: SemiStreamJoin, taken: pa.Table, keys: np.ndarray, rows: np.ndarray, n_rf: int, rf_slot: np.ndarray
-    ) -> None:
-        """Keep the rows :meth:`rows` asked for, ``taken`` out of the piece (the first ``n_rf`` have cached rows)."""
-        op._note_transient(taken.nbytes + 16 * len(rows))
-        self.cut.append((taken, keys[rows], np.arange(n_rf, dtype=np.int64), rf_slot))
-
-    def finish(self, op: SemiStreamJoin, p: int) -> None:
-        """Refresh the cached rows read from p with what every piece read."""
-        if self.raw is not None:
-            part, keys, rf_row, rf_slot = self.raw
-        else:
-            got = self.cut
-            part = pa.concat_tables([g[0] for g in got]) if got else op._master_layout.empty_table()
-            keys = np.concatenate([g[1] for g in got]) if got else np.zeros(0, np.int64)
-            offs = np.cumsum([0] + [g[0].num_rows for g in got])
-            rf_row = np.concatenate([g[2] + o for g, o in zip(got, offs, strict=False)] or [np.zeros(0, np.int64)])
-            rf_slot = np.concatenate([g[3] for g in got] or [np.zeros(0, np.int64)])
-        self.raw, self.cut = None, []
-        if op._complete:
-            changed = refresh_complete(op, p, part, keys, rf_row, rf_slot, int(self.n_new))
-        else:
-            changed = op.cache.refresh(p, part, keys, rf_row, rf_slot, int(self.n_empty), op._rc)
-        if changed:
-            op._c.bump("cache_refreshes")
-
-
+# ---------------------------------------------------------------- the phase
 def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Table, pa.Table]]) -> tuple[int, float]:
     """READ partition p (in pieces of ``disk_chunk_rows`` if the master can stream) and probe H_S with it.
 
@@ -516,38 +435,3 @@ def note_scan(op: SemiStreamJoin, keys: np.ndarray, valid: np.ndarray) -> None:
     """Every key the scan reads: into the R-filter, and the R-cycle's rows and key range (``valid`` empty: all)."""
     op.rfilter.add(keys, valid)
     key_range(keys, valid, op._scan)
-
-
-def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:
-    """DELETE the oldest chunk from Q and H_S once it has met every partition of R."""
-    hs = op.hs
-    while len(hs.queue) and hs.queue.oldest()[2] == (p + 1) % op._k:
-        base, n, _, nbytes = hs.queue.pop()
-        um, live, empties, gone = hs_expire(
-            hs.hix,
-            hs.ring_key,
-            hs.link,
-            hs.cap,
-            hs.hi,
-            hs.lo,
-            base + n,
-            op._use_cache,
-            op.empty_cost(),
-            op.tuple_cost(),
-            op.spec.switch_factor,
-            op.stats.table.keys,
-            op.stats.table.used,
-            op.stats.table.payload,
-        )
-        live = int(live)
-        hs.live -= live
-        hs.row_bytes -= nbytes
-        op._c.served_disk += live
-        op._c.matched += live - len(um)
-        if len(um):
-            unmatched.append(hs.take(um))
-            op._c.bump("hs_unmatched", len(um))
-        hs.rows.drop_before(base + n)
-        hs.values -= int(gone)
-        if len(empties):
-            cache_empties(op, np.unique(empties), unmatched)

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ssbj.contracts import PARTITION_COLUMN, MasterLookup
 from ssbj.core.arrowtypes import plain_table
-from ssbj.core.hs import EMPTY
+from ssbj.core.hsindex import EMPTY
 from ssbj.core.keys import decode_keys, encode_keys, is_exact
 from ssbj.core.metrics import StepMetrics
 from ssbj.errors import InputError

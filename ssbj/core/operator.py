@@ -41,19 +41,20 @@ from ssbj.core import budget as B
 from ssbj.core import cachephase as CP
 from ssbj.core import complete as CC
 from ssbj.core import diskphase as DP
+from ssbj.core import expiry as EX
 from ssbj.core import lookupphase as LP
 from ssbj.core import persist
+from ssbj.core import reporting as RP
 from ssbj.core import switching as SW
 from ssbj.core.arrowtypes import plain_schema
 from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.costmodel import CostModel, StepCost
+from ssbj.core.costmodel import CostModel
 from ssbj.core.hs import StreamTable
 from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
-from ssbj.core.prefetch import prefetched_nbytes, read_seconds
 from ssbj.core.rfilter import RFilter
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
@@ -61,8 +62,6 @@ from ssbj.core.stats import ValueStats
 from ssbj.errors import ConfigError, InputError
 
 __all__ = ["Algorithm", "JoinSpec", "SemiStreamJoin", "StepResult", "master_output_names"]
-
-FSM_NAMES = {1: "incrementing", 2: "switching", 0: "phase-out", CC.TAKE_ALL: "take-all", CC.COMPLETE: "complete"}
 
 
 def _fixed_width(t: pa.DataType) -> bool:
@@ -282,7 +281,7 @@ class SemiStreamJoin:
             t3 += waited
             if self.spec.memory_budget is not None and self._rc == 1 and p == 0:
                 B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
-            DP.expire(self, p, unmatched)
+            EX.expire(self, p, unmatched)
             self._p = (p + 1) % self._k
             self._cycle_open = self._p != 0
             path = "scan" if done is None else "lookup+scan"
@@ -464,19 +463,7 @@ class SemiStreamJoin:
     # ------------------------------------------------------------------ reporting
     def memory(self) -> MemoryReport:
         """Bytes per component (the stream buffer is reported but not part of the budget)."""
-        return MemoryReport(
-            h_s=self.hs.nbytes(),
-            h_r=self.cache.nbytes(),
-            queue=self.hs.queue.nbytes,
-            disk_buffer=self._disk_buffer_bytes,
-            switching_buffer=self._sb_bytes,
-            key_table=self.stats.nbytes + self.interest.nbytes,
-            stream_buffer=self._buffer_bytes,
-            entries=max(self.hs.values, 0) + self.cache.values + self.cache.empty_values + self.stats.size,
-            transient=self._transient + self._switch_transient,
-            prefetch=prefetched_nbytes(self.master),
-            r_filter=self.rfilter.nbytes,
-        )
+        return RP.memory_report(self)
 
     def _metrics(
         self,
@@ -492,62 +479,8 @@ class SemiStreamJoin:
         cache_s: float,
         disk_s: float,
     ) -> StepMetrics:
-        predicted = self.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out))
-        done = self._c.served_cache + self._c.served_disk + self._c.served_lookup + self._c.null_keys
-        mem = self.memory()
-        self._peak = max(self._peak, mem.total)
-        return StepMetrics(
-            step=self._step - 1,
-            r_cycle=self._rc,
-            partition=p,
-            partitions=self._k,
-            fsm_state=FSM_NAMES.get(fsm, "meshjoin" if not self._use_cache else "warm-up"),
-            w=w_n + w_s + w_null,
-            w_n=w_n,
-            w_s=w_s,
-            null_keys=w_null,
-            b=b,
-            output_rows=n_out,
-            c_loop_measured=c_loop,
-            c_loop_predicted=predicted,
-            io_seconds=read_seconds(self.master, io_s),  # the read itself, maybe done ahead in a thread
-            read_wait_seconds=io_s,  # what this step waited for its partition
-            cache_phase_seconds=cache_s,
-            disk_phase_seconds=disk_s,
-            service_rate=(w_n + w_s + w_null) / c_loop if c_loop > 0 else 0.0,
-            cache_values=self.cache.values + self.cache.empty_values,
-            cache_rows=self.cache.rows,
-            cache_bytes=self.cache.row_nbytes(),
-            hs_tuples=self.hs_tuples,
-            chunk_bytes=self._chunk_bytes,
-            served_cache_total=self._c.served_cache,
-            served_disk_total=self._c.served_disk,
-            completed_total=done,
-            v_s=self._vs_avg,
-            v_r=self._vr_avg,
-            memory=mem,
-        )
+        return RP.step_metrics(self, p, fsm, w_n, w_s, w_null, b, n_out, c_loop, io_s, cache_s, disk_s)
 
     def totals(self) -> OperatorTotals:
         """Run-level counters; ``tuples_in == matched + unmatched + waiting`` always holds."""
-        c = self._c
-        return OperatorTotals(
-            tuples_in=c.tuples_in,
-            matched_source_rows=c.matched,
-            unmatched_source_rows=c.unmatched,
-            waiting=self.waiting_tuples,
-            null_keys=c.null_keys,
-            served_by_cache=c.served_cache,
-            served_by_disk=c.served_disk,
-            output_rows=c.output_rows,
-            steps=c.steps,
-            r_cycles=self._rc,
-            switched_in=c.switched_in,
-            evicted=c.evicted,
-            busy_seconds=c.busy_seconds,
-            service_rate=(c.served_cache + c.served_disk + c.served_lookup + c.null_keys) / c.busy_seconds
-            if c.busy_seconds
-            else 0.0,
-            cache_share=c.served_cache / max(1, c.served_cache + c.served_disk + c.served_lookup + c.null_keys),
-            served_by_lookup=c.served_lookup,
-        )
+        return RP.operator_totals(self)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from ssbj.core import budget as B
 from ssbj.core.cache import _row_keys
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.hs import EMPTY, ix_rebuild
+from ssbj.core.hsindex import EMPTY, ix_rebuild
 from ssbj.core.interest import MAPPING as INTEREST_MAPPING
 from ssbj.core.keys import encode_keys
 from ssbj.core.rfilter import FilterState

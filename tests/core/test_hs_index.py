@@ -1,4 +1,4 @@
-"""H_S's value index: 4-byte words (slot residue and tag), in both ring size classes (ssbj.core.hs)."""
+"""H_S's value index: 4-byte words (slot residue, tag, displacement) in both ring size classes (ssbj.core.hsindex)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ssbj.core.hashing import mix
-from ssbj.core.hs import EMPTY, INDEX_SLOT, SMALL, StreamTable, dec, enc, hs_expire, hs_insert, tag_ok
+from ssbj.core.hs import StreamTable, hs_expire, hs_insert
+from ssbj.core.hsindex import EMPTY, INDEX_SLOT, SMALL, dec, enc, tag_ok
 
 
 @pytest.mark.parametrize("cap", [8, 1000, SMALL - 1, SMALL, 3 * SMALL])
