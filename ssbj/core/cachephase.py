@@ -213,21 +213,7 @@ def cache_phase(
             at += len(emp_idx)
             w_n += len(emp_idx)
         if n_hits:
-            if hr_table is None:
-                hr_table = cache.table().select(op._pair_idx)
-            m = take_rows(hr_table, pr)
-            ok = op._verified(s, m)  # type: ignore[arg-type]
-            n_matched = n_hits
-            if ok is not None:  # hashed keys: a tuple whose every pair fails matches nothing
-                hit_tuples = np.unique(ps)
-                s, m, ps = s.filter(ok), m.filter(ok), ps[ok]  # type: ignore[union-attr]
-                lost = np.setdiff1d(hit_tuples, ps)
-                n_matched -= len(lost)
-                if len(lost):
-                    unmatched.append(buf.table.take(lost))
-            if len(ps):
-                pairs.append((s, m))  # type: ignore[arg-type]
-            op._c.matched += n_matched
+            hr_table = answer_hits(op, buf.table, s, ps, pr, n_hits, hr_table, pairs, unmatched)  # type: ignore[arg-type]
             w_n += n_hits
         if len(miss_idx):
             miss_tables.append(taken.slice(at))  # type: ignore[union-attr]
@@ -244,6 +230,40 @@ def cache_phase(
         t = pa.concat_tables(miss_tables) if len(miss_tables) > 1 else miss_tables[0]
         hs_add(op, t, np.concatenate(miss_keys), miss_bytes)
     return w_n, w_s, w_null
+
+
+def answer_hits(
+    op: SemiStreamJoin,
+    batch: pa.Table,
+    s: pa.Table,
+    ps: np.ndarray,
+    pr: np.ndarray,
+    n_hits: int,
+    hr_table: pa.Table | None,
+    pairs: list[tuple[pa.Table, pa.Table]],
+    unmatched: list[pa.Table],
+) -> pa.Table:
+    """OUTPUT the pairs of ``n_hits`` tuples (stream rows ``s`` of tuples ``ps`` of ``batch``, H_R rows ``pr``).
+
+    Hashed keys are verified: a tuple whose every pair fails matches nothing and finishes
+    unmatched. Returns H_R's pair columns (made at the step's first hit, kept for the next).
+    """
+    if hr_table is None:
+        hr_table = op.cache.table().select(op._pair_idx)
+    m = take_rows(hr_table, pr)
+    ok = op._verified(s, m)
+    n_matched = n_hits
+    if ok is not None:  # hashed keys: a tuple whose every pair fails matches nothing
+        hit_tuples = np.unique(ps)
+        s, m, ps = s.filter(ok), m.filter(ok), ps[ok]
+        lost = np.setdiff1d(hit_tuples, ps)
+        n_matched -= len(lost)
+        if len(lost):
+            unmatched.append(batch.take(lost))
+    if len(ps):
+        pairs.append((s, m))
+    op._c.matched += n_matched
+    return hr_table
 
 
 def hs_add(op: SemiStreamJoin, table: pa.Table, keys: np.ndarray, nbytes: int) -> None:

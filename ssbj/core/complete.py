@@ -37,6 +37,7 @@ from ssbj.core import budget as B
 from ssbj.core import switching as SW
 from ssbj.core.arrowtypes import take_rows
 from ssbj.core.cache import HR_F, HR_SINCE
+from ssbj.core.cachephase import answer_hits
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hsindex import EMPTY
@@ -306,21 +307,7 @@ def complete_phase(
             w_n += len(miss_idx)
             n_miss += len(miss_idx)
         if n_hits:
-            if hr_table is None:
-                hr_table = cache.table().select(op._pair_idx)
-            m = take_rows(hr_table, pr)
-            ok = op._verified(s, m)  # type: ignore[arg-type]
-            n_matched = n_hits
-            if ok is not None:  # hashed keys: a tuple whose every pair fails matches nothing
-                hit_tuples = np.unique(ps)
-                s, m, ps = s.filter(ok), m.filter(ok), ps[ok]  # type: ignore[union-attr]
-                lost = np.setdiff1d(hit_tuples, ps)
-                n_matched -= len(lost)
-                if len(lost):
-                    unmatched.append(buf.table.take(lost))
-            if len(ps):
-                pairs.append((s, m))  # type: ignore[arg-type]
-            op._c.matched += n_matched
+            hr_table = answer_hits(op, buf.table, s, ps, pr, n_hits, hr_table, pairs, unmatched)  # type: ignore[arg-type]
             w_n += n_hits
         if buf.pos >= buf.table.num_rows:
             op._buffer.popleft()
