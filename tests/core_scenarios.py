@@ -1,6 +1,7 @@
 """Test data of the core operator: drawn key scenarios (hypothesis) and a drifting Zipf-1 stream.
 
-Shared by the core operator's tests (tests/core/test_operator_properties.py,
+Shared by the core operator's tests (tests/core/test_operator_properties.py, test_disk_chunks.py,
+test_hybrid.py, test_complete_cache.py,
 test_budget_enforced.py), so that a scenario means the same in each.
 """
 

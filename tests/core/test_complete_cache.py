@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from core_scenarios import key_tables
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -213,21 +214,11 @@ def scenario(draw: Any) -> dict[str, Any]:
     }
 
 
-def _tables(sc: dict[str, Any]) -> tuple[pa.Table, pa.Table]:
-    conv = (lambda k: None if k is None else f"v{k}") if sc["strings"] else (lambda k: k)
-    ktype = pa.string() if sc["strings"] else pa.int64()
-    mk = [conv(k) for k in sc["master_keys"]]
-    sk = [conv(k) for k in sc["stream_keys"]]
-    master = pa.table({"mk": pa.array(mk, ktype), "mval": pa.array(range(len(mk)), pa.int64())})
-    stream = pa.table({"sid": pa.array(range(len(sk)), pa.int64()), "sk": pa.array(sk, ktype)})
-    return stream, master
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_exact_across_restores_at_random_steps(sc: dict[str, Any], tmp_path_factory: Any) -> None:
     """One batch pushed per step (so the run lasts R-cycles), restores at random steps."""
-    stream, master = _tables(sc)
+    stream, master = key_tables(sc)
     spec = JoinSpec(
         "sk",
         "mk",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from core_scenarios import KEY, drifting
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -30,7 +31,6 @@ from ssbj.core.master import probed_in_one_pass
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError
 
-KEY = st.one_of(st.none(), st.integers(0, 12))
 PIECES = st.sampled_from([1, 2, 3, 5, 64])
 
 
@@ -253,30 +253,11 @@ def test_master_without_pieces_is_read_and_charged_whole() -> None:
     assert charged["whole"] > 4 * charged["pieces"]
 
 
-def _drifting(n_master: int, n_stream: int, seed: int = 3) -> tuple[pa.Table, pa.Table]:
-    rng = np.random.default_rng(seed)
-    master = pa.table(
-        {
-            "mid": np.arange(n_master, dtype=np.int64),
-            "mk": rng.integers(0, n_master, n_master),
-            "attr": rng.integers(0, 100, n_master),
-        }
-    )
-    p = 1.0 / np.arange(1, n_master + 1)
-    p /= p.sum()
-    ranks = rng.choice(n_master, n_stream, p=p)
-    keys = np.empty(n_stream, dtype=np.int64)
-    for q in range(4):
-        sl = slice(q * n_stream // 4, (q + 1) * n_stream // 4)
-        keys[sl] = rng.permutation(n_master)[ranks[sl]]
-    return pa.table({"sid": np.arange(n_stream, dtype=np.int64), "sk": keys}), master
-
-
 @pytest.mark.parametrize("algorithm", ["ssbj", "meshjoin"])
 @pytest.mark.parametrize("budget", [60_000, 150_000, 400_000])
 def test_planned_pieces_hold_the_budget(algorithm: str, budget: int, tmp_path: Any) -> None:
     """The planner's b with pieces: peak <= 1.05x, through drift, eviction and a restore."""
-    stream, master = _drifting(20_000, 120_000)
+    stream, master = drifting(20_000, 120_000)
     v_s = float(row_nbytes(stream.slice(0, 1000)).mean())
     v_r = float(row_nbytes(master.select(["mid", "attr"]).slice(0, 1000)).mean())
     plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel(), chunked=True)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from core_scenarios import KEY, key_tables
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -21,7 +22,6 @@ from ssbj.core.costmodel import calibrate_lookup
 from ssbj.core.prefetch import PrefetchingScan
 from ssbj.errors import ConfigError
 
-KEY = st.one_of(st.none(), st.integers(0, 12))
 MCOLS = ["mval", "mk"]
 
 
@@ -44,16 +44,6 @@ def scenario(draw: Any) -> dict[str, Any]:
         "cut": draw(st.integers(0, 300)),
         "pushes_per_step": draw(st.integers(0, 3)),
     }
-
-
-def _tables(sc: dict[str, Any]) -> tuple[pa.Table, pa.Table]:
-    conv = (lambda k: None if k is None else f"v{k}") if sc["strings"] else (lambda k: k)
-    ktype = pa.string() if sc["strings"] else pa.int64()
-    mk = [conv(k) for k in sc["master_keys"]]
-    sk = [conv(k) for k in sc["stream_keys"]]
-    master = pa.table({"mk": pa.array(mk, ktype), "mval": pa.array(range(len(mk)), pa.int64())})
-    stream = pa.table({"sid": pa.array(range(len(sk)), pa.int64()), "sk": pa.array(sk, ktype)})
-    return stream, master
 
 
 def _operator(sc: dict[str, Any], master: pa.Table, stream_schema: pa.Schema, prefetch: int = 0) -> SemiStreamJoin:
@@ -112,7 +102,7 @@ def _feed(op: SemiStreamJoin, batches: list[pa.RecordBatch], per_step: int) -> l
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_hybrid_equals_batch_join(sc: dict[str, Any]) -> None:
-    stream, master = _tables(sc)
+    stream, master = key_tables(sc)
     op = _operator(sc, master, stream.schema)
     steps = _feed(op, stream.to_batches(max_chunksize=sc["batch"]), max(sc["pushes_per_step"], 1))
     out = sum((e for e, _ in steps), Counter())
@@ -127,7 +117,7 @@ def test_hybrid_equals_batch_join(sc: dict[str, Any]) -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_hybrid_exact_across_save_restore(sc: dict[str, Any], tmp_path_factory: Any) -> None:
-    stream, master = _tables(sc)
+    stream, master = key_tables(sc)
     batches = stream.to_batches(max_chunksize=sc["batch"])
     reference = _feed(_operator(sc, master, stream.schema), batches, 1)
     store = DirectoryStore(tmp_path_factory.mktemp("ckpt"))
@@ -302,7 +292,7 @@ class _ScanOnly:
 @given(sc=scenario())
 def test_hybrid_through_the_prefetch_wrapper(sc: dict[str, Any]) -> None:
     """The lookup path stays available (and exact) behind the read-ahead wrapper the job puts around scans."""
-    stream, master = _tables(sc)
+    stream, master = key_tables(sc)
     op = _operator(sc, master, stream.schema, prefetch=1)
     assert isinstance(op.master, MasterLookup)
     steps = _feed(op, stream.to_batches(max_chunksize=sc["batch"]), max(sc["pushes_per_step"], 1))
