@@ -174,14 +174,10 @@ MIN_PIECE_ROWS = 1024
 # without the floor: a sweep measured k = 5-8 serving 1.3-1.4x what k = 36 serves for both
 # algorithms, bench/results/bound/stepcost.md)
 MIN_PIECED_K = 32
-# masters probed in one pass: k trades the steps' fixed cost against their temporaries
-# (STEP_TEMP_BYTES per tuple of a step: fewer steps, larger w); at least two partitions, so
-# the spare chunk ahead of a new structure is never all of H_S
-MIN_ONE_PASS_K = 2
-# bytes a step holds per stream tuple it reads until its output is assembled: the cache
-# phase's index entry (an int32 pair, or the int64 index of a miss, NULL or answered tuple);
-# reserved per H_S tuple by the budget (ssbj.core.budget), the price of large steps
-STEP_TEMP_BYTES = 8.0
+# masters probed in one pass: the model alone would pick k = 1 (the step's fixed cost is
+# its only price of a partition), but a step's temporaries and output grow with w = 1/k of
+# an R-cycle's tuples, and the spare chunk ahead of a new structure is 1/(k + 1) of H_S
+MIN_ONE_PASS_K = 4
 RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
 
 
@@ -229,8 +225,7 @@ def plan_memory(
     extra chunk), and each piece beyond the first costs ``c_piece``. ``one_pass``: the
     master is probed a partition at a time in one compiled pass (resident, int64 keys,
     :func:`ssbj.core.master.probed_in_one_pass`): pieces cost nothing, and k is the
-    model's choice (the steps' fixed cost against their temporaries), at least
-    ``MIN_ONE_PASS_K``.
+    model's choice above ``MIN_ONE_PASS_K`` (not ``MIN_PIECED_K``).
     """
     if prefetch < 0:
         raise ConfigError(f"prefetch depth must be >= 0, got {prefetch}")
@@ -253,9 +248,7 @@ def plan_memory(
             left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
             if left <= 0:
                 continue
-            # a step's temporaries (STEP_TEMP_BYTES per tuple of the step, w = w_S / (1 - share))
-            # are reserved beside H_S: the memory price of fewer, larger steps
-            w_s = int(left / (k * (v_p + f * v_s) + STEP_TEMP_BYTES / max(1e-6, 1.0 - cache_share)))
+            w_s = int(left / (k * (v_p + f * v_s)))
             if w_s < 1:
                 continue
             w = w_s / max(1e-6, 1.0 - cache_share)

@@ -21,7 +21,7 @@ from ssbj.core import (
     plan_memory,
 )
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.costmodel import DISK_ROW_OVERHEAD, HS_TUPLE_OVERHEAD, QUEUE_RECORD, RESERVE_SHARE, STEP_TEMP_BYTES
+from ssbj.core.costmodel import DISK_ROW_OVERHEAD, HS_TUPLE_OVERHEAD, QUEUE_RECORD, RESERVE_SHARE
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import CheckpointError, ConfigError, InputError
 
@@ -71,13 +71,12 @@ def test_plan_memory_respects_eq1_and_grows_with_budget() -> None:
     for budget in [300_000, 1_000_000, 5_000_000, 50_000_000]:
         plan = plan_memory(budget, 1_000_000, 40.0, 30.0, model)
         k = plan.partitions
-        # the disk buffer, H_S's ring of k chunks (at most k are live), Q, one step's
-        # temporaries (no cache share: w = w_S), and the reserve
+        # the disk buffer, H_S's ring of k chunks (at most k are live), Q, and the reserve
         fixed = plan.partition_rows * (30.0 + DISK_ROW_OVERHEAD) + (k + 2) * QUEUE_RECORD
-        per_w = k * (40.0 + HS_TUPLE_OVERHEAD) + STEP_TEMP_BYTES
-        assert fixed + plan.w_s * per_w <= budget * (1 - RESERVE_SHARE)
+        mem = fixed + k * plan.w_s * (40.0 + HS_TUPLE_OVERHEAD)
+        assert mem <= budget * (1 - RESERVE_SHARE)
         # and w_S is the largest that fits k chunks (not k + 1)
-        assert fixed + (plan.w_s + 1) * per_w > budget * (1 - RESERVE_SHARE)
+        assert fixed + k * (plan.w_s + 1) * (40.0 + HS_TUPLE_OVERHEAD) > budget * (1 - RESERVE_SHARE)
         assert plan.partitions * plan.partition_rows >= 1_000_000
         rates.append(plan.predicted_service_rate)
     assert rates == sorted(rates)
