@@ -14,7 +14,7 @@ from typing import Literal
 import pyarrow as pa
 
 from ssbj.core.costmodel import CostModel
-from ssbj.core.master import ArrowMaster, probed_in_one_pass
+from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin, StepResult
 from ssbj.errors import ConfigError, InputError
 from ssbj.planning import DEFAULT_MEMORY, JoinSettings, check_key_types, estimate_row_bytes, plan_join
@@ -102,7 +102,6 @@ def enrich(
         join_type=how,
         memory_budget=budget,
         disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
-        one_pass=probed_in_one_pass(projected, right_on),
     )
     r_cols = projected.select(wanted)
     plan = plan_join(

@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 from ssbj.core import ArrowMaster, CostConstants, CostModel, MemoryPlan, SemiStreamJoin, StepMetrics
 from ssbj.core.bound import KeyDistribution, advise, key_distribution
 from ssbj.core.keys import check_compatible, encode_keys
-from ssbj.core.master import probed_in_one_pass
 from ssbj.errors import ConfigError, InputError, ServiceError
 from ssbj.files import (
     check_key_column,
@@ -255,7 +254,6 @@ def cmd_join(args: argparse.Namespace) -> int:
         memory_budget=budget,
         switch_factor=args.switch_factor,
         disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
-        one_pass=probed_in_one_pass(master, args.master_key),
     )
     joined = plan_join(settings, v_s, master.num_rows, v_r, model)
     plan = joined.memory

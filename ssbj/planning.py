@@ -86,9 +86,6 @@ class JoinSettings:
     # the master can hand partitions out in pieces (ssbj.contracts.MasterChunks: in-memory
     # Arrow): the planner sizes the disk buffer as one piece, and b for time alone
     disk_chunks: bool = False
-    # its partitions are probed in one pass (ssbj.core.master.probed_in_one_pass):
-    # a piece costs no time, k is the cost model's alone
-    one_pass: bool = False
 
     @property
     def needs_master_size(self) -> bool:
@@ -149,7 +146,6 @@ def plan_join(
         cost_model or CostModel(),
         prefetch=s.prefetch,
         chunked=s.disk_chunks,
-        one_pass=s.one_pass,
     )
     b = s.partition_rows or plan.partition_rows
     chunk = int(s.step_rows * stream_row_bytes) if s.step_rows else plan.chunk_bytes

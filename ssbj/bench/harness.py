@@ -52,7 +52,6 @@ from ssbj.core import (
     calibrate,
 )
 from ssbj.core.budget import breakdown
-from ssbj.core.master import probed_in_one_pass
 from ssbj.errors import ConfigError
 from ssbj.planning import JoinSettings, plan_join
 
@@ -372,11 +371,7 @@ class Bench:
     def plan_pieces(self, ds: Dataset, budget: int, pieces: bool) -> tuple[int, int | None]:
         """B and, with ``pieces``, the disk phase's piece size (rows) for ``budget`` bytes."""
         settings = JoinSettings(
-            stream_key=ds.stream_key,
-            master_key=ds.master_key,
-            memory_budget=budget,
-            disk_chunks=pieces,
-            one_pass=pieces and probed_in_one_pass(ds.master, ds.master_key),
+            stream_key=ds.stream_key, master_key=ds.master_key, memory_budget=budget, disk_chunks=pieces
         )
         plan = plan_join(settings, ds.v_s, ds.r_rows, ds.v_r, self.model())
         b = int(min(plan.partition_rows, -(-ds.r_rows // self.p.min_partitions)))

@@ -187,8 +187,6 @@ def cache_phase(
         )
         consumed = int(consumed)
         n_hits = int(n_hits)
-        # the probe's index arrays live until the step's output is assembled
-        op._note_transient(ps.nbytes + pr.nbytes + miss_idx.nbytes + null_idx.nbytes + emp_idx.nbytes)
         if n_filtered:
             op._c.bump("filter_answered", int(n_filtered))
         if consumed == 0:

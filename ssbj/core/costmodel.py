@@ -169,15 +169,10 @@ DISK_ROW_OVERHEAD = 9  # per row of the disk buffer: encoded key and validity
 QUEUE_RECORD = 32  # per chunk record of Q
 PIECE_SHARE = 0.04  # of the budget: one piece of a partition read in pieces (piece_rows)
 MIN_PIECE_ROWS = 1024
-# with pieces read one by one b costs no memory, only time: at least this k (a noisy
-# calibration once chose k = 5 while pieces still cost; masters probed in one pass plan
-# without the floor: a sweep measured k = 5-8 serving 1.3-1.4x what k = 36 serves for both
-# algorithms, bench/results/bound/stepcost.md)
+# with pieces b costs no memory, only time: at least this k (a noisy calibration chose
+# k = 5, when the ring still held k + 1 chunks, and MESHJOIN held 0.58 of M / v_S against
+# 0.74 at k = 36; the spare chunk is now kept only ahead of a new structure, ssbj.core.budget)
 MIN_PIECED_K = 32
-# masters probed in one pass: the model alone would pick k = 1 (the step's fixed cost is
-# its only price of a partition), but a step's temporaries and output grow with w = 1/k of
-# an R-cycle's tuples, and the spare chunk ahead of a new structure is 1/(k + 1) of H_S
-MIN_ONE_PASS_K = 4
 RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
 
 
@@ -205,7 +200,6 @@ def plan_memory(
     cache_share: float = 0.0,
     prefetch: int = 0,
     chunked: bool = False,
-    one_pass: bool = False,
 ) -> MemoryPlan:
     """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
 
@@ -222,10 +216,7 @@ def plan_memory(
     ``chunked``: the master hands partitions out in pieces (:class:`ssbj.contracts.MasterChunks`,
     no read ahead), so the disk buffer holds one piece of :func:`piece_rows` rows, not b:
     b then costs no memory, only time (fewer, larger steps per R-cycle against the ring's
-    extra chunk), and each piece beyond the first costs ``c_piece``. ``one_pass``: the
-    master is probed a partition at a time in one compiled pass (resident, int64 keys,
-    :func:`ssbj.core.master.probed_in_one_pass`): pieces cost nothing, and k is the
-    model's choice above ``MIN_ONE_PASS_K`` (not ``MIN_PIECED_K``).
+    extra chunk), and each piece beyond the first costs ``c_piece``.
     """
     if prefetch < 0:
         raise ConfigError(f"prefetch depth must be >= 0, got {prefetch}")
@@ -235,9 +226,7 @@ def plan_memory(
     best: MemoryPlan | None = None
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
     pieces = chunked and prefetch == 0
-    floor = (MIN_ONE_PASS_K if one_pass else MIN_PIECED_K) if pieces else 1
-    k_floor = min(floor, max(math.ceil(r_t / b) for b in candidates))
-    c_piece = 0.0 if one_pass else model.k.c_piece
+    k_floor = min(MIN_PIECED_K, max(math.ceil(r_t / b) for b in candidates)) if pieces else 1
     for b in candidates:
         k = math.ceil(r_t / b)
         if k < k_floor:
@@ -254,7 +243,7 @@ def plan_memory(
             w = w_s / max(1e-6, 1.0 - cache_share)
             w_n = int(w - w_s)
             step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
-            c = model.c_loop(step) + 1e-9 * c_piece * (math.ceil(b / rows) - 1)
+            c = model.c_loop(step) + 1e-9 * model.k.c_piece * (math.ceil(b / rows) - 1)
             mu = (w_s + w_n) / c
             if best is None or mu > best.predicted_service_rate:
                 best = MemoryPlan(b, k, int(w_s * v_s), w_s, c, mu, rows if rows < b else None)

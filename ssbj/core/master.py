@@ -12,17 +12,7 @@ from ssbj.contracts import PARTITION_COLUMN, MasterChunks, MasterResident, Maste
 from ssbj.core.arrowtypes import plain_table
 from ssbj.errors import ConfigError
 
-__all__ = ["ArrowMaster", "MasterChunks", "MasterResident", "MasterScan", "partition_pieces", "probed_in_one_pass"]
-
-
-def probed_in_one_pass(table: pa.Table, key: str) -> bool:
-    """Whether the disk phase probes each partition of ``table`` whole (:func:`ssbj.core.diskphase.resident_view`).
-
-    So it does when the key column is int64 without NULLs in one chunk: a partition is then
-    a view, and a piece of it costs no time (the planner's ``c_piece`` does not apply).
-    """
-    col = table.column(key)
-    return bool(col.type == pa.int64() and col.null_count == 0 and col.num_chunks <= 1)
+__all__ = ["ArrowMaster", "MasterChunks", "MasterResident", "MasterScan", "partition_pieces"]
 
 
 class ArrowMaster:

@@ -26,8 +26,6 @@ from reference import as_multiset, batch_join, unmatched_reference
 from ssbj.core import ArrowMaster, CostConstants, CostModel, JoinSpec, SemiStreamJoin, plan_memory
 from ssbj.core.arrowtypes import take_rows
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.costmodel import MIN_ONE_PASS_K, MIN_PIECED_K
-from ssbj.core.master import probed_in_one_pass
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import ConfigError
 
@@ -371,26 +369,3 @@ def test_take_rows_equals_arrow_take(chunked: bool) -> None:
     idx = np.array([3, 0, 0, 2], np.int64)
     assert take_rows(t, idx).equals(t.take(pa.array(idx)))
     assert take_rows(t, idx[:0]).num_rows == 0
-
-
-def test_one_pass_masters_plan_k_by_the_model_above_a_small_floor() -> None:
-    """A master probed in one pass pays no piece: fewer, larger steps, down to ``MIN_ONE_PASS_K``."""
-    model = CostModel(CostConstants(c_fixed=570_000.0, c_h=6.0, c_s=1400.0, c_piece=120_000.0))
-    for budget in (720_000, 7_200_000):
-        pieced = plan_memory(budget, 2_000_000, 32.0, 36.0, model, chunked=True)
-        one = plan_memory(budget, 2_000_000, 32.0, 36.0, model, chunked=True, one_pass=True)
-        assert pieced.partitions >= MIN_PIECED_K
-        assert MIN_ONE_PASS_K <= one.partitions < pieced.partitions
-        assert one.predicted_service_rate > pieced.predicted_service_rate
-        assert one.disk_chunk_rows == pieced.disk_chunk_rows  # the disk buffer is still charged one piece
-    # R smaller than the floor: one partition per row at most
-    assert plan_memory(7_200_000, 3, 32.0, 36.0, model, chunked=True, one_pass=True).partitions <= 3
-
-
-def test_one_pass_is_an_int64_key_without_nulls_in_one_chunk() -> None:
-    t = pa.table({"mk": pa.array([1, 2, 3], pa.int64()), "s": pa.array(["a", "b", "c"])})
-    assert probed_in_one_pass(t, "mk")
-    assert not probed_in_one_pass(t, "s")
-    assert not probed_in_one_pass(pa.table({"mk": pa.array([1, None], pa.int64())}), "mk")
-    assert not probed_in_one_pass(pa.concat_tables([t, t]), "mk")
-    assert not probed_in_one_pass(pa.table({"mk": pa.array([1, 2], pa.int32())}), "mk")
