@@ -35,6 +35,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ssbj.adapters.master_arrow import ArrowReader
+from ssbj.adapters.master_driver import DriverReader
 from ssbj.adapters.master_layout import (
     LAYOUT_VERSION,
     Layout,
@@ -54,7 +55,7 @@ from ssbj.adapters.sql_common import (
 from ssbj.contracts import PARTITION_COLUMN, TableName
 from ssbj.core.keys import key_family
 from ssbj.core.shards import ModRouter, RangeRouter, Router, route_column
-from ssbj.errors import CheckpointError, ConfigError, InputError, StateError
+from ssbj.errors import CheckpointError, ConfigError, StateError
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class SqlMasterScan:
         self._cycle = 0
         self._last_p = -1
         self._cx = ArrowReader.for_scan(self._engine, self._page, self._reader, self._table_name)
+        self._driver = DriverReader(self._schema, self._read_types, self._table_name)
 
     # ------------------------------------------------------------ validation
     def _reflect(self, conn: Connection) -> sa.Table:
@@ -372,9 +374,9 @@ class SqlMasterScan:
             if table is not None:
                 self._note_size(p, table.num_rows, lay.k)
                 return self._filtered(table)
-        n, columns = self._runner.run(lambda conn: self._fetch_columns(conn, q), f"reading master partition {p}")
+        n, columns = self._runner.run(lambda conn: self._driver.fetch_columns(conn, q), f"reading master partition {p}")
         self._note_size(p, n, lay.k)
-        return self._filtered(self._to_arrow(columns, p))
+        return self._filtered(self._driver.to_arrow(columns, p))
 
     # ------------------------------------------------------------ shard
     def _shard_filter(self) -> tuple[Any, tuple[Router, int] | None]:
@@ -406,45 +408,6 @@ class SqlMasterScan:
     def reader(self) -> str:
         """The fetch path in use: ``connectorx`` or ``driver``."""
         return "connectorx" if self._cx is not None and self._cx.usable else "driver"
-
-    def _fetch_columns(self, conn: Connection, q: sa.Executable) -> tuple[int, list[Sequence[Any]]]:
-        """Run ``q`` and return (row count, the values column by column).
-
-        The rows are fetched from the DBAPI cursor as the driver returns them (no SQLAlchemy
-        row objects); the few columns whose type needs a conversion on this dialect (SQLite
-        dates, for one) are converted column-wise with SQLAlchemy's result processor.
-        """
-        result = conn.execute(q)
-        try:
-            cursor = result.cursor
-            description = cursor.description
-            rows = cursor.fetchall()
-        finally:
-            result.close()
-        if not rows:
-            return 0, []
-        columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
-        dialect = conn.dialect
-        for i, t in enumerate(self._read_types):
-            proc = t.dialect_impl(dialect).result_processor(dialect, description[i][1])
-            if proc is not None:
-                columns[i] = list(map(proc, columns[i]))
-        return len(rows), columns
-
-    def _to_arrow(self, columns: list[Sequence[Any]], p: int) -> pa.Table:
-        schema = self._schema
-        if not columns:
-            return schema.empty_table()
-        arrays = []
-        for field, values in zip(schema, columns, strict=True):
-            try:
-                arrays.append(pa.array(values, type=field.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-                raise InputError(
-                    f"column {field.name!r} of master table {self._table_name!r} (partition {p}) has a value "
-                    f"that does not fit {field.type}: {e}"
-                ) from None
-        return pa.Table.from_arrays(arrays, schema=schema)
 
     def _note_size(self, p: int, n: int, k: int) -> None:
         # an R-cycle starts when partition 0 is read after another one (a re-read of the same
@@ -494,9 +457,9 @@ class SqlMasterScan:
         for i in range(0, len(keys), size):
             batch = keys[i : i + size]
             stmt = q.where(col.in_(sa.bindparam("keys", batch, expanding=True)))
-            n, columns = self._runner.run(partial(self._fetch_columns, q=stmt), f"looking up {len(batch)} keys")
+            n, columns = self._runner.run(partial(self._driver.fetch_columns, q=stmt), f"looking up {len(batch)} keys")
             if n:
-                tables.append(self._to_arrow(columns[:n_cols], -1))
+                tables.append(self._driver.to_arrow(columns[:n_cols], -1))
                 parts.extend(columns[n_cols])
         table = pa.concat_tables(tables) if tables else self._schema.empty_table()
         if by_int:

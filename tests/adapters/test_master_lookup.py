@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,26 +12,12 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 from reference import as_multiset, batch_join, unmatched_reference
+from sql_cases import FAST_RETRY
 
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.contracts import PARTITION_COLUMN, MasterLookup
 from ssbj.core import JoinSpec, SemiStreamJoin
 from ssbj.errors import ConfigError
-from ssbj.retry import RetryPolicy
-from ssbj.testing.mariadb import MariaDBServer
-
-FAST_RETRY = RetryPolicy(attempts=3, initial_backoff=0.01, max_backoff=0.02)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.services)])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
-    if request.param == "sqlite":
-        eng = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    else:
-        server: MariaDBServer = request.getfixturevalue("mariadb")
-        eng = sa.create_engine(server.url, pool_pre_ping=True)
-    yield eng
-    eng.dispose()
 
 
 def make_master(engine: sa.Engine, n: int, string_page: bool = False) -> str:

@@ -1,4 +1,4 @@
-"""SQL master scan and warehouse sinks against SQLite (a file) and a real MariaDB server."""
+"""SQL master scan against SQLite (a file) and a real MariaDB server."""
 
 from __future__ import annotations
 
@@ -6,94 +6,25 @@ import datetime as dt
 import decimal
 import json
 import logging
-import os
-import threading
-import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from reference import as_multiset, batch_join
+from sql_cases import all_partitions, make_master, table_rows, unique
 
 from ssbj.adapters.master_layout import decode_value, encode_value
 from ssbj.adapters.master_sql import SqlMasterScan
-from ssbj.adapters.sink_parquet import SCHEMA_FILE, STALE_TMP_SECONDS, ParquetDirSink, file_name
-from ssbj.adapters.sink_sql import SqlTableSink
-from ssbj.adapters.sql_common import is_transient
-from ssbj.contracts import BATCH_ID_COLUMN, SEGMENT_COLUMN, CheckpointedMasterScan, WarehouseSink
+from ssbj.contracts import CheckpointedMasterScan
 from ssbj.core import JoinSpec, SemiStreamJoin
 from ssbj.errors import (
     CheckpointError,
     ConfigError,
-    InputError,
-    ServiceError,
     StateError,
-    TerminalError,
-    TransientError,
 )
-from ssbj.retry import RetryPolicy
-from ssbj.testing.mariadb import PASSWORD, MariaDBServer
-
-FAST_RETRY = RetryPolicy(attempts=3, initial_backoff=0.01, max_backoff=0.02)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.services)])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
-    """An engine on a SQLite file or on the session's MariaDB server."""
-    if request.param == "sqlite":
-        eng = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    else:
-        server: MariaDBServer = request.getfixturevalue("mariadb")
-        eng = sa.create_engine(server.url, pool_pre_ping=True)
-    yield eng
-    eng.dispose()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def make_master(engine: sa.Engine, n: int, *, name: str | None = None, step: int = 3) -> tuple[str, sa.Table]:
-    """``n`` rows with gaps in the primary key (id = 10 + step * i), a skewed join key, a string and a decimal."""
-    name = name or unique("master")
-    t = sa.Table(
-        name,
-        sa.MetaData(),
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-        sa.Column("k", sa.Integer, nullable=True),
-        sa.Column("name", sa.String(20)),
-        sa.Column("amount", sa.Numeric(12, 2)),
-    )
-    with engine.begin() as conn:
-        t.create(conn)
-        if n:
-            rows = [
-                {
-                    "id": 10 + step * i,
-                    "k": None if i % 41 == 0 else i % 37,
-                    "name": f"name-{i}",
-                    "amount": decimal.Decimal(i) / 4,
-                }
-                for i in range(n)
-            ]
-            conn.execute(sa.insert(t), rows)
-    return name, t
-
-
-def table_rows(engine: sa.Engine, t: sa.Table, cols: list[str]) -> Counter[tuple[Any, ...]]:
-    with engine.connect() as conn:
-        return Counter(tuple(r) for r in conn.execute(sa.select(*[t.c[c] for c in cols])))
-
-
-def all_partitions(scan: SqlMasterScan) -> list[pa.Table]:
-    return [scan.read_partition(p) for p in range(scan.num_partitions())]
 
 
 # ---------------------------------------------------------------- master scan
@@ -359,246 +290,3 @@ def test_semi_stream_join_over_a_sql_master(engine: sa.Engine) -> None:
     for r in op.run(stream.to_batches(max_chunksize=50)):
         out += as_multiset(r.enriched)
     assert out == batch_join(stream, master, "sk", "k", ["name"])
-
-
-# ---------------------------------------------------------------- outages (MariaDB)
-def _restart_later(server: MariaDBServer, delay: float) -> threading.Thread:
-    def run() -> None:
-        time.sleep(delay)
-        server.start()
-
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    return th
-
-
-def test_read_survives_a_short_outage(mariadb: MariaDBServer, caplog: pytest.LogCaptureFixture) -> None:
-    eng = sa.create_engine(mariadb.url, pool_pre_ping=True)
-    try:
-        name, _ = make_master(eng, 500)
-        scan = SqlMasterScan(
-            mariadb.url, name, "k", 97, retry=RetryPolicy(attempts=12, initial_backoff=0.1, max_backoff=0.8)
-        )
-        before = scan.read_partition(2)
-        caplog.set_level(logging.WARNING, logger="adapters")
-        mariadb.stop()
-        th = _restart_later(mariadb, 1.0)
-        try:
-            after = scan.read_partition(2)
-        finally:
-            th.join()
-        assert after.equals(before)
-        retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
-        assert retries and "attempt 1 of 12" in retries[0] and "OperationalError" in retries[0]
-        assert "127.0.0.1" in retries[0] and "***" in retries[0]
-        assert PASSWORD not in caplog.text
-        scan.close()
-    finally:
-        mariadb.start()
-        eng.dispose()
-
-
-def test_outage_longer_than_the_retry_budget(mariadb: MariaDBServer, caplog: pytest.LogCaptureFixture) -> None:
-    eng = sa.create_engine(mariadb.url, pool_pre_ping=True)
-    try:
-        name, _ = make_master(eng, 200)
-        scan = SqlMasterScan(eng, name, "k", 97, retry=RetryPolicy(attempts=3, initial_backoff=0.05, max_backoff=0.1))
-        scan.read_partition(0)
-        mariadb.stop()
-        t0 = time.monotonic()
-        with pytest.raises(TransientError, match=rf"{name}.*3 times") as info:
-            scan.read_partition(1)
-        assert time.monotonic() - t0 < 5
-        assert "127.0.0.1" in str(info.value) and PASSWORD not in str(info.value)
-        assert PASSWORD not in caplog.text
-    finally:
-        mariadb.start()
-        eng.dispose()
-
-
-def test_sink_write_survives_a_short_outage(mariadb: MariaDBServer) -> None:
-    sink = SqlTableSink(
-        mariadb.url, unique("out"), retry=RetryPolicy(attempts=12, initial_backoff=0.1, max_backoff=0.8)
-    )
-    try:
-        sink.prepare(OUT.schema)
-        sink.write(1, 0, OUT)
-        mariadb.stop()
-        th = _restart_later(mariadb, 1.0)
-        try:
-            sink.write(1, 0, OUT)
-        finally:
-            th.join()
-        assert sink_rows(sink) == Counter({(1, 0): OUT.num_rows})
-    finally:
-        mariadb.start()
-        sink.close()
-
-
-def test_terminal_errors_are_not_retried(mariadb: MariaDBServer) -> None:
-    bad = mariadb.url.set(password="wrong")  # noqa: S106
-    t0 = time.monotonic()
-    with pytest.raises(ServiceError) as info:
-        SqlMasterScan(bad, "whatever", "k", 10, retry=RetryPolicy(attempts=5, initial_backoff=1.0))
-    assert time.monotonic() - t0 < 1.0
-    assert "Access denied" in str(info.value) and ":wrong@" not in str(info.value) and "***" in str(info.value)
-    assert not is_transient(ValueError())
-
-
-# ---------------------------------------------------------------- SQL sink
-OUT = pa.table(
-    {
-        "sid": pa.array([1, 2, 3, 4], pa.int64()),
-        "name": pa.array(["a", None, "c", "d" * 500]),
-        "amount": pa.array(
-            [decimal.Decimal("1.50"), None, decimal.Decimal("-2.25"), decimal.Decimal(0)], pa.decimal128(9, 2)
-        ),
-        "score": pa.array([0.5, 1.5, None, 3.0], pa.float64()),
-        "day": pa.array([dt.date(2024, 1, 1), None, dt.date(2024, 1, 3), dt.date(2024, 1, 4)], pa.date32()),
-        "ts": pa.array([dt.datetime(2024, 1, 1, 1, 2, 3, 456789), None, None, None], pa.timestamp("us")),
-        "tz": pa.array([dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC), None, None, None], pa.timestamp("us", "UTC")),
-    }
-)
-
-
-def sink_rows(sink: SqlTableSink, *, full: bool = False) -> Counter[tuple[Any, ...]]:
-    t = sa.Table(sink._short_name, sa.MetaData(), autoload_with=sink._engine)
-    with sink._engine.connect() as conn:
-        if full:
-            return Counter(tuple(r) for r in conn.execute(sa.select(t)))
-        q = sa.select(t.c[BATCH_ID_COLUMN], t.c[SEGMENT_COLUMN], sa.func.count()).group_by(
-            t.c[BATCH_ID_COLUMN], t.c[SEGMENT_COLUMN]
-        )
-        return Counter({(b, s): n for b, s, n in conn.execute(q)})
-
-
-def test_sql_sink_replaces_each_batch_and_segment(engine: sa.Engine) -> None:
-    sink = SqlTableSink(engine, unique("out"), chunk_rows=3)
-    assert isinstance(sink, WarehouseSink)
-    sink.prepare(OUT.schema)
-    sink.write(1, 0, OUT)
-    sink.write(1, 0, OUT)  # a replayed write
-    sink.write(1, 1, OUT.slice(0, 2))
-    sink.write(2, 0, OUT.slice(0, 1))
-    assert sink_rows(sink) == Counter({(1, 0): 4, (1, 1): 2, (2, 0): 1})
-    sink.write(1, 1, OUT.slice(0, 0))  # an empty write still deletes the earlier attempt
-    assert sink_rows(sink) == Counter({(1, 0): 4, (2, 0): 1})
-    rows = sorted(r for r in sink_rows(sink, full=True) if r[-2:] == (1, 0))
-    assert rows[0][:3] == (1, "a", decimal.Decimal("1.50"))
-    assert rows[0][4:6] == (dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 1, 2, 3, 456789))
-    assert rows[0][6].replace(tzinfo=None) == dt.datetime(2024, 5, 6, 7, 8, 9)  # MariaDB/SQLite keep UTC, naive
-    assert rows[3][1] == "d" * 500
-    # a second sink on the existing table (a restarted job) checks it and replaces as well
-    again = SqlTableSink(engine, sink._table_name, create=False)
-    again.prepare(OUT.schema)
-    again.write(2, 0, OUT)
-    assert sink_rows(again) == Counter({(1, 0): 4, (2, 0): 4})
-    sink.close()
-    again.close()
-
-
-def test_sql_sink_write_is_one_transaction(engine: sa.Engine) -> None:
-    schema = pa.schema([pa.field("sid", pa.int64(), nullable=False)])
-    sink = SqlTableSink(engine, unique("tx"), chunk_rows=2, retry=FAST_RETRY)
-    sink.prepare(schema)
-    sink.write(5, 0, pa.table({"sid": [1, 2, 3]}, schema=schema))
-    bad = pa.table({"sid": pa.array([7, 8, None], pa.int64())})  # the second chunk breaks NOT NULL
-    with pytest.raises(TerminalError):
-        sink.write(5, 0, bad)
-    assert sink_rows(sink) == Counter({(5, 0): 3})  # the delete and the first chunk were rolled back
-    sink.close()
-
-
-def test_sql_sink_schema_errors(engine: sa.Engine) -> None:
-    name = unique("out")
-    sink = SqlTableSink(engine, name)
-    sink.prepare(OUT.schema)
-    wider = OUT.schema.append(pa.field("extra", pa.int32()))
-    with pytest.raises(StateError, match=r"lacks column\(s\) 'extra'"):
-        SqlTableSink(engine, name).prepare(wider)
-    with pytest.raises(StateError, match="does not exist"):
-        SqlTableSink(engine, unique("missing"), create=False).prepare(OUT.schema)
-    with pytest.raises(ConfigError, match="reserved"):
-        SqlTableSink(engine, unique("x")).prepare(pa.schema([pa.field(BATCH_ID_COLUMN, pa.int64())]))
-    with pytest.raises(InputError, match="cannot store"):
-        SqlTableSink(engine, unique("x")).prepare(pa.schema([pa.field("l", pa.list_(pa.int64()))]))
-    with pytest.raises(InputError, match="columns"):
-        sink.write(1, 0, OUT.select(["sid"]))
-    with pytest.raises(StateError, match="before prepare"):
-        SqlTableSink(engine, name).write(1, 0, OUT)
-    sink.close()
-
-
-# ---------------------------------------------------------------- Parquet sink
-def read_dir(path: Path) -> pa.Table:
-    return ds.dataset(path, format="parquet").to_table()
-
-
-def test_parquet_sink_replaces_each_batch_and_segment(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    sink = ParquetDirSink(out)
-    assert isinstance(sink, WarehouseSink)
-    sink.prepare(OUT.schema)
-    sink.write(1, 0, OUT)
-    sink.write(1, 0, OUT)
-    sink.write(1, 1, OUT.slice(0, 2))
-    sink.write(12, 3, OUT.slice(0, 1))
-    files = sorted(p.name for p in out.iterdir())
-    assert files == [SCHEMA_FILE, file_name(1, 0), file_name(1, 1), file_name(12, 3)]
-    assert file_name(12, 3) == "batch=000000000012-seg=0003.parquet"
-    got = read_dir(out)
-    assert got.num_rows == 7
-    pairs = zip(got.column(BATCH_ID_COLUMN).to_pylist(), got.column(SEGMENT_COLUMN).to_pylist(), strict=True)
-    assert Counter(pairs) == Counter({(1, 0): 4, (1, 1): 2, (12, 3): 1})
-    one = pq.read_table(out / file_name(1, 0))
-    assert one.drop_columns([BATCH_ID_COLUMN, SEGMENT_COLUMN]).equals(OUT)
-    assert one.schema.field(BATCH_ID_COLUMN).type == pa.int64()
-    sink.write(1, 1, OUT.slice(0, 0))  # empty: removes the earlier attempt's file
-    sink.write(7, 0, OUT.slice(0, 0))  # empty and nothing there: no file
-    assert sorted(p.name for p in out.iterdir()) == [SCHEMA_FILE, file_name(1, 0), file_name(12, 3)]
-    sink.close()
-
-
-def test_parquet_sink_schema_is_recorded_and_checked(tmp_path: Path) -> None:
-    out = tmp_path / "nested" / "out"
-    ParquetDirSink(out).prepare(OUT.schema)
-    ParquetDirSink(out).prepare(OUT.schema)  # the same schema again: fine
-    changed = OUT.schema.set(0, pa.field("sid", pa.int32()))
-    with pytest.raises(StateError, match=r"changed sid \(int64 -> int32\)"):
-        ParquetDirSink(out).prepare(changed)
-    with pytest.raises(StateError, match="missing ts"):
-        ParquetDirSink(out).prepare(OUT.schema.remove(5))
-    sink = ParquetDirSink(out)
-    sink.prepare(OUT.schema)
-    with pytest.raises(InputError, match="changed sid"):
-        sink.write(1, 0, OUT.cast(changed))
-    with pytest.raises(StateError, match="before prepare"):
-        ParquetDirSink(out).write(1, 0, OUT)
-
-
-def test_parquet_sink_leaves_no_partial_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    out = tmp_path / "out"
-    sink = ParquetDirSink(out)
-    sink.prepare(OUT.schema)
-    sink.write(3, 0, OUT)
-
-    def boom(*_: Any, **__: Any) -> None:
-        raise OSError("disk full")
-
-    monkeypatch.setattr(pq, "write_table", boom)
-    with pytest.raises(OSError, match="disk full"):
-        sink.write(3, 0, OUT.slice(0, 1))
-    monkeypatch.undo()
-    assert sorted(p.name for p in out.iterdir()) == [SCHEMA_FILE, file_name(3, 0)]
-    assert pq.read_table(out / file_name(3, 0)).num_rows == 4  # the old file is intact
-    stale = out / f".{file_name(4, 0)}.{uuid.uuid4().hex}.tmp"
-    stale.write_bytes(b"partial")
-    old = time.time() - STALE_TMP_SECONDS - 1
-    os.utime(stale, (old, old))
-    in_progress = out / f".{file_name(5, 1)}.{uuid.uuid4().hex}.tmp"  # another shard writing right now
-    in_progress.write_bytes(b"partial")
-    ParquetDirSink(out).prepare(OUT.schema)  # a restarted job drops stale temp files
-    assert not stale.exists()
-    assert in_progress.exists()  # a young temp file may be another writer's: kept
-    in_progress.unlink()
-    assert sorted(os.listdir(out)) == [SCHEMA_FILE, file_name(3, 0)]
