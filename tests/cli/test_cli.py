@@ -10,102 +10,24 @@ import types
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from cli_cases import (
+    MASTER_COLS,
+    OUT_COLS,
+    STREAM_COLS,
+    check_reconciles,
+    join_args,
+    make_tables,
+    run_stats,
+    write_csv,
+    write_parquet,
+)
 from reference import as_multiset, batch_join
 
 from ssbj.cli import main, parse_size
 from ssbj.errors import ConfigError
-
-STREAM_COLS = ["sid", "sk", "attr"]
-MASTER_COLS = ["mid", "mk", "attr", "mname"]
-# the master's "attr" collides with the stream's and is renamed in the output
-OUT_COLS = ["sid", "sk", "attr", "mid", "mk", "attr_master", "mname"]
-MEMORY = "12kB"  # small enough that R is scanned in several partitions
-
-
-def make_tables(key_type: str = "int", n_stream: int = 6000, seed: int = 1) -> tuple[pa.Table, pa.Table]:
-    """Skewed stream with NULL keys and unknown keys; master with duplicate and NULL keys."""
-    rng = np.random.default_rng(seed)
-    hot = rng.integers(0, 8, n_stream)  # a few hot keys: the cache should take them
-    cold = rng.integers(0, 360, n_stream)  # 300..359 are not in the master
-    sk = np.where(rng.random(n_stream) < 0.5, hot, cold)
-    sk_list: list[Any] = [None if i % 53 == 0 else int(k) for i, k in enumerate(sk)]
-    mk_list: list[Any] = [*range(300), *range(0, 100, 2), None, None, 5, 5]  # many-to-many
-    if key_type == "string":
-        sk_list = [None if k is None else f"k{k}" for k in sk_list]
-        mk_list = [None if k is None else f"k{k}" for k in mk_list]
-    n_master = len(mk_list)
-    stream = pa.table(
-        {
-            "sid": pa.array(np.arange(n_stream), pa.int64()),
-            "sk": pa.array(sk_list, pa.string() if key_type == "string" else pa.int64()),
-            "attr": pa.array([f"s{i % 17}" for i in range(n_stream)]),
-        }
-    )
-    master = pa.table(
-        {
-            "mid": pa.array(np.arange(n_master) + 10_000, pa.int64()),
-            "mk": pa.array(mk_list, pa.string() if key_type == "string" else pa.int64()),
-            "attr": pa.array(rng.integers(0, 1000, n_master), pa.int64()),
-            "mname": pa.array([f"name-{i}" for i in range(n_master)]),
-        }
-    )
-    return stream, master
-
-
-def write_parquet(tmp_path: Path, stream: pa.Table, master: pa.Table) -> tuple[Path, Path]:
-    s, m = tmp_path / "stream.parquet", tmp_path / "master.pq"
-    pq.write_table(stream, s, row_group_size=1000)
-    pq.write_table(master, m)
-    return s, m
-
-
-def write_csv(path: Path, table: pa.Table) -> None:
-    if path.name.endswith(".gz"):
-        with pa.CompressedOutputStream(str(path), "gzip") as out:
-            pacsv.write_csv(table, out)
-    else:
-        pacsv.write_csv(table, path)
-
-
-def join_args(s: Path, m: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "join",
-        "--stream",
-        str(s),
-        "--master",
-        str(m),
-        "--stream-key",
-        "sk",
-        "--master-key",
-        "mk",
-        "--memory",
-        MEMORY,
-        "--batch-rows",
-        "700",
-        "--out",
-        str(out),
-        *extra,
-    ]
-
-
-def run_stats(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, Any]:
-    assert main(argv) == 0
-    captured = capsys.readouterr()
-    assert captured.err == ""
-    report: dict[str, Any] = json.loads(captured.out)
-    return report
-
-
-def check_reconciles(report: dict[str, Any], out: Path) -> None:
-    t = report["totals"]
-    assert t["waiting"] == 0
-    assert t["tuples_in"] == t["matched_source_rows"] + t["unmatched_source_rows"] + t["waiting"]
-    assert report["rows_written"] == t["output_rows"] == pq.read_metadata(out).num_rows
 
 
 # ---------------------------------------------------------------------- join: results
@@ -229,126 +151,6 @@ def test_subprocess_module_entry(tmp_path: Path) -> None:
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ssbj: error: ")
     assert "Traceback" not in proc.stderr and "'nope'" in proc.stderr
-
-
-# ---------------------------------------------------------------------- join: errors
-def _error_case(tmp_path: Path, case: str) -> tuple[list[str], list[str]]:
-    """Argv of an error case and substrings its message must contain."""
-    stream, master = make_tables(n_stream=500)
-    s, m = write_parquet(tmp_path, stream, master)
-    out = tmp_path / "out.parquet"
-    if case == "missing stream":
-        return join_args(tmp_path / "nope.parquet", m, out), [
-            "stream file not found",
-            "nope.parquet",
-        ]
-    if case == "missing master":
-        return join_args(s, tmp_path / "gone.csv", out), ["master file not found", "gone.csv"]
-    if case == "unsupported type":
-        txt = tmp_path / "stream.txt"
-        txt.write_text("sid,sk\n1,2\n")
-        return join_args(txt, m, out), ["stream.txt", "unsupported file type"]
-    if case == "unreadable parquet":
-        junk = tmp_path / "junk.parquet"
-        junk.write_bytes(b"this is not parquet at all")
-        return join_args(s, junk, out), ["cannot read master file", "junk.parquet", "Parquet"]
-    if case == "unreadable csv":
-        junk = tmp_path / "junk.csv.gz"
-        junk.write_bytes(b"not gzip")
-        return join_args(junk, m, out), ["cannot read stream file", "junk.csv.gz", "CSV"]
-    if case == "directory":
-        return join_args(s, tmp_path, out), ["is not a regular file"]
-    if case == "missing stream key":
-        argv = [*join_args(s, m, out), "--stream-key", "skey"]
-        return argv, ["stream key column 'skey'", "available columns: sid, sk, attr"]
-    if case == "missing master key":
-        argv = [*join_args(s, m, out), "--master-key", "mkey"]
-        return argv, ["master key column 'mkey'", "available columns: mid, mk, attr, mname"]
-    if case == "incompatible keys":
-        argv = [*join_args(s, m, out), "--master-key", "mname"]
-        return argv, ["int64", "string", "'sk'", "'mname'", "cannot join"]
-    if case == "float key":
-        fs = tmp_path / "fstream.parquet"
-        pq.write_table(stream.set_column(1, "sk", pa.array(np.zeros(500))), fs)
-        return join_args(fs, m, out), ["double", "not supported"]
-    if case == "bad master column":
-        return [*join_args(s, m, out), "--master-columns", "mid,zzz"], [
-            "'zzz'",
-            "--master-columns",
-            "mname",
-        ]
-    if case == "empty master column":
-        return [*join_args(s, m, out), "--master-columns", "mid,,mk"], ["--master-columns"]
-    if case == "repeated master column":
-        return [*join_args(s, m, out), "--master-columns", "mid,mid"], ["--master-columns", "mid"]
-    if case == "blank master columns":
-        return [*join_args(s, m, out), "--master-columns", ""], ["--master-columns"]
-    if case.startswith("memory "):
-        value = case.removeprefix("memory ")
-        return [*join_args(s, m, out), f"--memory={value}"], ["--memory", repr(value)]
-    if case == "memory too small":
-        return [*join_args(s, m, out), "--memory", "100B"], ["raise --memory"]
-    if case == "bad batch rows":
-        return [*join_args(s, m, out), "--batch-rows", "0"], ["--batch-rows"]
-    if case == "bad switch factor":
-        return [*join_args(s, m, out), "--switch-factor", "0"], ["switch_factor"]
-    if case == "bad algorithm":
-        return [*join_args(s, m, out), "--algorithm", "hashjoin"], ["--algorithm", "hashjoin"]
-    if case == "missing option":
-        return ["join", "--stream", str(s)], ["required"]
-    if case == "no output dir":
-        return join_args(s, m, tmp_path / "no" / "such" / "out.parquet"), ["output directory"]
-    if case == "output is input":
-        return join_args(s, m, s), ["overwrite input"]
-    if case == "missing calibration":
-        return [*join_args(s, m, out), "--calibration", str(tmp_path / "cal.json")], ["calibration"]
-    raise AssertionError(case)
-
-
-ERROR_CASES = [
-    "missing stream",
-    "missing master",
-    "unsupported type",
-    "unreadable parquet",
-    "unreadable csv",
-    "directory",
-    "missing stream key",
-    "missing master key",
-    "incompatible keys",
-    "float key",
-    "bad master column",
-    "empty master column",
-    "repeated master column",
-    "blank master columns",
-    "memory 64XB",
-    "memory abc",
-    "memory 0",
-    "memory -5MB",
-    "memory 1.5.2GB",
-    "memory too small",
-    "bad batch rows",
-    "bad switch factor",
-    "bad algorithm",
-    "missing option",
-    "no output dir",
-    "output is input",
-    "missing calibration",
-]
-
-
-@pytest.mark.parametrize("case", ERROR_CASES)
-def test_join_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
-    argv, expected = _error_case(tmp_path, case)
-    before = sorted(p.name for p in tmp_path.iterdir())
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    err = captured.err
-    assert err.startswith("ssbj: error: ") and err.endswith("\n") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for text in expected:
-        assert text in err, (text, err)
-    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no leftovers
 
 
 # ---------------------------------------------------------------------- sizes
