@@ -54,7 +54,7 @@ from ssbj.core.hs import StreamTable
 from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
-from ssbj.core.metrics import MemoryReport, StepMetrics
+from ssbj.core.metrics import MemoryReport
 from ssbj.core.rfilter import RFilter
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
@@ -296,7 +296,9 @@ class SemiStreamJoin:
         if self._switch_peak:  # the step reports at least what the switch-in held at once
             self._switch_transient += max(0, self._switch_peak - self.memory().total)
         t4 = time.perf_counter()
-        metrics = self._metrics(p, fsm, w_n, w_s, w_null, b_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3)
+        metrics = RP.step_metrics(
+            self, p, fsm, w_n, w_s, w_null, b_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3
+        )
         if self._c.served_lookup or path != "scan":
             metrics = LP.with_lookup(metrics, path, done, self._c.served_lookup)
         self._c.busy_seconds += time.perf_counter() - t0
@@ -464,22 +466,6 @@ class SemiStreamJoin:
     def memory(self) -> MemoryReport:
         """Bytes per component (the stream buffer is reported but not part of the budget)."""
         return RP.memory_report(self)
-
-    def _metrics(
-        self,
-        p: int,
-        fsm: int,
-        w_n: int,
-        w_s: int,
-        w_null: int,
-        b: int,
-        n_out: int,
-        c_loop: float,
-        io_s: float,
-        cache_s: float,
-        disk_s: float,
-    ) -> StepMetrics:
-        return RP.step_metrics(self, p, fsm, w_n, w_s, w_null, b, n_out, c_loop, io_s, cache_s, disk_s)
 
     def totals(self) -> OperatorTotals:
         """Run-level counters; ``tuples_in == matched + unmatched + waiting`` always holds."""
