@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -22,20 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ssbj.core import ArrowMaster, CostConstants, CostModel, MemoryPlan, SemiStreamJoin, StepMetrics
 from ssbj.core.bound import KeyDistribution, advise, key_distribution
 from ssbj.core.keys import check_compatible, encode_keys
-from ssbj.errors import ConfigError, InputError, ServiceError
+from ssbj.errors import ConfigError, InputError
 from ssbj.files import (
     check_key_column,
     check_output,
     file_format,
     master_schema,
-    one_line,
     read_master,
     stream_batches,
+    write_parquet_atomically,
 )
 from ssbj.pipeline import shared_plan
 from ssbj.planning import DEFAULT_MEMORY, JoinSettings, check_key_types, estimate_row_bytes, plan_join
@@ -43,7 +41,6 @@ from ssbj.units import fmt_bytes, parse_size
 
 PROG = "ssbj"
 DEFAULT_BATCH_ROWS = 100_000
-_ROW_GROUP_ROWS = 1 << 17  # enriched rows buffered before a Parquet row group is written
 
 
 def parse_columns(text: str) -> list[str]:
@@ -372,36 +369,13 @@ def _bound_report(
 
 def _write_output(op: SemiStreamJoin, feed: Iterator[pa.Table], out: Path, stats: RunStats) -> int:
     """Run the operator over ``feed``, streaming enriched rows to ``out``; rows written."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    rows = 0
-    pending: list[pa.Table] = []
-    pending_rows = 0
-    try:
-        try:
-            writer = pq.ParquetWriter(tmp, op.output_schema)
-        except (pa.ArrowException, OSError) as exc:
-            raise ConfigError(f"cannot write --output {out}: {one_line(exc)}") from exc
-        with writer:
-            for result in op.run(feed):
-                stats.observe(result.metrics)
-                n = result.enriched.num_rows
-                if n:
-                    pending.append(result.enriched)
-                    pending_rows += n
-                if pending_rows >= _ROW_GROUP_ROWS:
-                    writer.write_table(pa.concat_tables(pending))
-                    rows += pending_rows
-                    pending, pending_rows = [], 0
-            if pending:
-                writer.write_table(pa.concat_tables(pending))
-                rows += pending_rows
-        os.replace(tmp, out)
-    except OSError as exc:  # the file opened, then the disk or file system failed
-        raise ServiceError(f"cannot write output {out}: {one_line(exc)}") from exc
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return rows
+
+    def enriched() -> Iterator[pa.Table]:
+        for result in op.run(feed):
+            stats.observe(result.metrics)
+            yield result.enriched
+
+    return write_parquet_atomically(enriched(), op.output_schema, out, "--output")
 
 
 # ---------------------------------------------------------------------- the parsers

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ssbj.errors import ConfigError, InputError
+from ssbj.errors import ConfigError, InputError, ServiceError
 
 __all__ = [
     "check_key_column",
@@ -28,6 +28,7 @@ __all__ = [
     "read_table",
     "rebatch",
     "stream_batches",
+    "write_parquet_atomically",
 ]
 
 CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
@@ -36,6 +37,45 @@ CSV_BLOCK_BYTES = 64 << 20  # CSV type inference looks at the first block only
 def one_line(exc: BaseException) -> str:
     """Return the message of an exception on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+ROW_GROUP_ROWS = 1 << 17  # rows buffered before a Parquet row group is written
+
+
+def write_parquet_atomically(tables: Iterable[pa.Table], schema: pa.Schema, out: Path, what: str = "output") -> int:
+    """Stream ``tables`` into ``out`` through a temporary file renamed at the end; rows written.
+
+    Readers never see a partial file: the rename happens only after the last row group. A
+    file that cannot be opened is a configuration error; a write that fails later (disk
+    full, file system gone) is a service error, and the temporary file is removed.
+    """
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    rows = 0
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    try:
+        try:
+            writer = pq.ParquetWriter(tmp, schema)
+        except (pa.ArrowException, OSError) as exc:
+            raise ConfigError(f"cannot write {what} {out}: {one_line(exc)}") from exc
+        with writer:
+            for t in tables:
+                if t.num_rows:
+                    pending.append(t)
+                    pending_rows += t.num_rows
+                if pending_rows >= ROW_GROUP_ROWS:
+                    writer.write_table(pa.concat_tables(pending))
+                    rows += pending_rows
+                    pending, pending_rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
+                rows += pending_rows
+        os.replace(tmp, out)
+    except OSError as exc:  # the file opened, then the disk or file system failed
+        raise ServiceError(f"cannot write {what} {out}: {one_line(exc)}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return rows
 
 
 def file_format(path: Path, role: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,12 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ssbj.core.multiway import run_query
 from ssbj.core.multiway.spec import MultiWaySpec
 from ssbj.errors import ConfigError, InputError
-from ssbj.files import check_output, file_format, open_stream, read_schema, read_table
+from ssbj.files import check_output, file_format, open_stream, read_schema, read_table, write_parquet_atomically
 from ssbj.sql.compile import compile_sql
 from ssbj.sql.logical import parse_query
 from ssbj.sql.parse import parse_schema_ddl
@@ -223,19 +221,14 @@ def interleave(feeds: Mapping[str, Iterator[pa.Table]], time_cols: Mapping[str, 
 
 def _write(results: Iterator[pa.Table], schema: pa.Schema, out: Path) -> int:
     """Stream ``results`` into ``out`` (through a temporary file renamed at the end); rows written."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    rows = 0
-    try:
-        with pq.ParquetWriter(tmp, schema) as writer:
-            for t in results:
-                if t.column_names != schema.names:
-                    raise InputError(f"the operator returned columns {t.column_names}, expected {schema.names}")
-                writer.write_table(t.cast(schema))
-                rows += t.num_rows
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return rows
+
+    def checked() -> Iterator[pa.Table]:
+        for t in results:
+            if t.column_names != schema.names:
+                raise InputError(f"the operator returned columns {t.column_names}, expected {schema.names}")
+            yield t.cast(schema)
+
+    return write_parquet_atomically(checked(), schema, out)
 
 
 def add_sql_commands(sub: Any) -> None:
