@@ -45,7 +45,7 @@ CONSTANTS = CostConstants(c_fixed=570_000.0, c_h=6.0, c_s=1400.0)
 WRAPPED = [
     ("ssbj.core.operator", "SemiStreamJoin._begin_r_cycle"),
     ("ssbj.core.operator", "SemiStreamJoin._assemble"),
-    ("ssbj.core.operator", "SemiStreamJoin._metrics"),
+    ("ssbj.core.reporting", "step_metrics"),
     ("ssbj.core.operator", "SemiStreamJoin.memory"),
     ("ssbj.core.cachephase", "cache_phase"),
     ("ssbj.core.cachephase", "cache_probe"),
