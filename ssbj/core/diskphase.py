@@ -35,6 +35,7 @@ from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
 from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
+from ssbj.core.resident import buffer_ids
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.scanacc import RefreshRows
 
@@ -211,9 +212,15 @@ def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Ta
     if view is not None:
         waited = time.perf_counter() - t0
         acc = _accumulator(op, True)
+        ids = buffer_ids(view)
+        if acc.refresh and not op._complete and op._read_memo.unchanged(p, ids):
+            acc.refresh = False  # the very buffers of p's last read: H_R is consistent with them already
+            op._c.bump("refresh_skipped_unchanged")
         op._disk_buffer_bytes = 0
         disk_phase(op, p, view, fsm, pairs, acc, charge_rows=rows)
-        return _finish(op, p, acc, pairs, view.num_rows), waited
+        n = _finish(op, p, acc, pairs, view.num_rows)
+        op._read_memo.remember(p, view, ids)
+        return n, waited
     whole = rows is None or getattr(op.master, "read_partition_chunks", None) is None
     pieces = partition_pieces(op.master, p, rows)
     acc = _accumulator(op, whole)

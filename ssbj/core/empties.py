@@ -362,6 +362,12 @@ class EmptySet:
         absent = _absent(self.blob, k)
         order = np.cumsum(absent)  # new keys among the first i + 1
         lo, hi = 0, int(order[-1])
+        if not hi:
+            return len(k)
+        add_all = k[absent].view(np.uint64) ^ SIGN
+        if _rewrite(self.blob, self.counts, add_all, hi, _ALL, False, False)[2] <= max_bytes:
+            return len(k)  # the usual case: all fit, one pass instead of a search's log2(new) passes
+        hi -= 1
         while lo < hi:  # most new keys that fit (the size grows with them)
             mid = (lo + hi + 1) // 2
             add = k[absent][:mid].view(np.uint64) ^ SIGN

@@ -55,6 +55,7 @@ from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport
+from ssbj.core.resident import ReadMemo
 from ssbj.core.rfilter import RFilter
 from ssbj.core.rowsize import row_nbytes
 from ssbj.core.spec import Algorithm, Buffered, Counters, JoinSpec, StepResult, master_output_names
@@ -181,6 +182,7 @@ class SemiStreamJoin:
         self._switch_transient = 0  # a rebuild's temporaries the step's memory report adds (ssbj.core.budget)
         # partition -> the resident partition's buffers H_R's rows of it were last made equal to
         self._complete_seen: dict[int, tuple[Any, list[pa.Buffer]]] = {}
+        self._read_memo = ReadMemo()  # partition -> buffers of its last resident read (ssbj.core.resident)
         self._plan = B.Plan()
         self._values_share = 1.0  # share of H_S's slots the value index is planned for (ssbj.core.budget)
 
