@@ -276,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                     p = work / f"{c.name}.yaml"
                     p.write_text(json.dumps(c.model_dump(mode="json", by_alias=True)))
                     paths.append(str(p))
-                plan, _ = plan_configs(paths, 10_000.0, 1.0, None)
+                run_plan, _, _ = plan_configs(paths, None, None, None)
+                assert run_plan.sharing is not None  # noqa: S101
+                plan = run_plan.sharing
                 tuples = sum(streams[x[1]].num_rows for x in specs)
 
                 def mean(mode: str, key: str, runs: dict[str, list[dict[str, Any]]] = runs) -> float:
