@@ -242,6 +242,8 @@ class SharedJoin:
             self.read_seconds += res.metrics.io_seconds
             self._split(g, res, out)
         self.store.drop_below(self._watermark())
+        if self.store.batches:
+            self.store.release(self._needed())
         return {k: pa.concat_tables(v) if len(v) > 1 else v[0] for k, v in out.items()}
 
     def pending(self, drain: bool = False) -> bool:
@@ -280,6 +282,21 @@ class SharedJoin:
         if g.pending:
             return int(g.pending[0][0, 0])
         return self.store.next_rid
+
+    def _needed(self) -> np.ndarray:
+        """Row ids some group still waits for: in its H_S or not yet read from its stream buffer."""
+        parts = []
+        for g in self.groups:
+            if g.inline:
+                continue
+            parts += [p[0] for p in g.pending]
+            hs = g.op.hs
+            if hs.span > 0:
+                slots = np.arange(hs.lo, hs.hi, dtype=np.int64)
+                live = slots[~hs.removed(slots)]
+                if len(live):
+                    parts.append(hs.take(live).column(RID).to_numpy())
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def _watermark(self) -> int:
         return min([self._oldest(g) for g in self.groups if not g.inline], default=self.store.next_rid)
@@ -378,7 +395,7 @@ class SharedJoin:
             checkpoint_id,
             {
                 "files": files,
-                "batches": [[b.start, b.stream, b.name] for b in self.store.batches],
+                "batches": [[b.start, b.stream, b.name, b.span] for b in self.store.batches],
                 "next_rid": self.store.next_rid,
                 "jobs": {n: j.counts.__dict__ for n, j in self.jobs.items()},
                 "groups": [[g.master, g.master_key, g.jobs] for g in self.groups],
@@ -394,7 +411,10 @@ class SharedJoin:
         if m["groups"] != [[g.master, g.master_key, g.jobs] for g in self.groups]:
             raise CheckpointError(f"checkpoint {cid} in {root} was written for other jobs: {m['groups']}")
         store = StreamStore(int(m["next_rid"]))
-        store.batches = [StoredBatch(int(s), st, top.read_table(nm)) for s, st, nm in m["batches"]]
+        store.batches = [
+            StoredBatch(int(row[0]), row[1], top.read_table(row[2]), int(row[3]) if len(row) > 3 else -1)
+            for row in m["batches"]
+        ]
         self.store = store
         pend = top.read_arrays(f"pending-{cid}.npz")
         for i, g in enumerate(self.groups):
