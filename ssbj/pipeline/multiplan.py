@@ -48,6 +48,17 @@ def group_counters(esj: EpochedSharedJoin) -> dict[str, tuple[int, int]]:
     return out
 
 
+def epoch_options(plan: RunPlan, algorithm: str, cost_model: Any) -> dict[str, Any]:
+    """Return the options of a new epoch: the plan's groups, w and budgets (docs/shared.md)."""
+    return {
+        "algorithm": algorithm,
+        "cost_model": cost_model,
+        "step_rows": min(g.step_rows for g in plan.groups),  # every group has its own: see group_rows
+        "memory_budget": None,
+        **plan.options(),
+    }
+
+
 class PlanKeeper:
     """Holds the plan, the measurement window, and decides re-optimizations (module doc)."""
 

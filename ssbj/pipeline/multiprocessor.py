@@ -44,7 +44,7 @@ from ssbj.pipeline import faults, multiconf
 from ssbj.pipeline.factory import MasterSource, build_sink, check_key_types
 from ssbj.pipeline.multiconf import JobSet
 from ssbj.pipeline.multidecode import HAS, SharedDecoded, flag_keys, shared_decoder, with_flags
-from ssbj.pipeline.multiplan import PlanKeeper
+from ssbj.pipeline.multiplan import PlanKeeper, epoch_options
 from ssbj.pipeline.shared_plan import partition_rows_for, plan_for
 from ssbj.shared.epochs import EpochedSharedJoin
 from ssbj.shared.operator import MasterSource as SharedMaster
@@ -251,15 +251,7 @@ class MultiProcessor:
         return plan_for(list(cfgs.values()), infos, self.partition_rows, assumed, self.cost_model)
 
     def _options(self, plan: RunPlan) -> dict[str, Any]:
-        """Return the options of a new epoch: the plan's groups, w and budgets (docs/shared.md)."""
-        first = next(iter(self.jobs.jobs.values()))
-        return {
-            "algorithm": first.join.algorithm,
-            "cost_model": self.cost_model,
-            "step_rows": min(g.step_rows for g in plan.groups),  # for groups outside the plan: none
-            "memory_budget": None,
-            **plan.options(),
-        }
+        return epoch_options(plan, self.jobs.first.join.algorithm, self.cost_model)
 
     def _replan(self) -> None:
         """Re-optimize at this boundary when the measurements drifted (ssbj.pipeline.multiplan)."""
