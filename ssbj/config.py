@@ -65,6 +65,7 @@ __all__ = [  # the job-file models, with ssbj.config_fields' building blocks and
     "ParquetSink",
     "Quality",
     "SecondStream",
+    "SharedApplication",
     "SinkConfig",
     "SparkSettings",
     "TYPE_NAMES",
@@ -160,6 +161,27 @@ class Join(_Model):
     )
 
 
+class SharedApplication(_Model):
+    """The ``shared:`` section: settings of a shared application (``ssbj run --config a.yaml b.yaml ...``).
+
+    Every job of one application must give the same section (docs/shared.md).
+    """
+
+    memory: Annotated[int, BeforeValidator(byte_size), Field(ge=1 << 20)] | None = Field(
+        default=None,
+        description="one budget for the whole application, split among its scan groups and stream store by "
+        "the plan (ssbj plan --config ...); default: each group gets the largest join.memory",
+    )
+    drift: Annotated[float, Field(gt=0, le=100)] = Field(
+        default=0.5,
+        description="re-optimize when a measured rate or waiting share moves this far (relative) from the "
+        "one the running plan assumed",
+    )
+    measure_calls: Annotated[int, Field(ge=1)] = Field(
+        default=3, description="micro-batches measured before the measurements are compared with the plan's"
+    )
+
+
 class JobConfig(EnrichmentJobBase):
     """One enrichment job."""
 
@@ -167,6 +189,7 @@ class JobConfig(EnrichmentJobBase):
     schema_: dict[str, str] = Field(alias="schema", description="column -> type of a stream record")
     master: Master
     join: Join
+    shared: SharedApplication = SharedApplication()
 
     @field_validator("schema_")
     @classmethod

@@ -163,8 +163,8 @@ def _open_inputs(
 def cmd_plan(args: argparse.Namespace) -> int:
     """``ssbj plan``: the bound, the predicted cache share and rates, a budget for a target rate."""
     if args.config:
-        plan, jobs = shared_plan.plan_configs(args.config, args.rate, args.capacity, args.calibration)
-        shared_plan.print_plan(plan, jobs, args.json)
+        plan, what_if, jobs = shared_plan.plan_configs(args.config, args.rate, args.capacity, args.calibration)
+        shared_plan.print_plan(plan, what_if, jobs, args.json)
         return 0
     missing = [
         f"--{n.replace('_', '-')}" for n in ("stream", "master", "stream_key", "master_key") if not getattr(args, n)
@@ -425,8 +425,12 @@ def add_file_commands(sub: Any) -> None:
         ),
     )
     plan.add_argument("--config", nargs="+", help="job files: the sharing the ILP picks for them (docs/shared.md)")
-    plan.add_argument("--rate", type=float, default=10_000.0, help="with --config: stream tuples/s per job")
-    plan.add_argument("--capacity", type=float, default=1.0, help="with --config: core-s/s one shard can carry")
+    plan.add_argument(
+        "--rate", type=float, help="with --config: stream tuples/s per source (default: what ssbj run assumes)"
+    )
+    plan.add_argument(
+        "--capacity", type=float, help="with --config: also the ILP's what-if with shards, each carrying this core-s/s"
+    )
     plan.add_argument("--stream", help="stream file (.parquet, .pq, .csv, .csv.gz)")
     plan.add_argument("--master", help="master file (.parquet, .pq, .csv, .csv.gz)")
     plan.add_argument("--stream-key", help="join key column of the stream")

@@ -60,8 +60,8 @@ def job_config(root: Path, name: str, **over: Any) -> JobConfig:
     return parse_config(cfg, name)
 
 
-def write_job_file(root: Path, name: str) -> Path:
-    cfg = job_config(root, name)
+def write_job_file(root: Path, name: str, **over: Any) -> Path:
+    cfg = job_config(root, name, **over)
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True), sort_keys=False))
     return path

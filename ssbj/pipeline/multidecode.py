@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -182,3 +183,26 @@ def shared_decoder(cfg: JobConfig, keys: Sequence[str]) -> Callable[[pa.Table], 
         fmt, delim, header = src.format, src.csv_delimiter, src.csv_header
         return lambda raw: decode_files_keys(raw, fmt, schema, ks, delim, header)
     return lambda raw: decode_kafka_keys(raw, schema, ks)
+
+
+HAS = "__ssbj_has_"  # + key: the record has that key field (jobs on other keys of the source may still take it)
+
+
+def flag_keys(schema: pa.Schema | None) -> list[str]:
+    """Return the keys a stream schema carries a 'has key' flag for."""
+    return [] if schema is None else [f.name.removeprefix(HAS) for f in schema if f.name.startswith(HAS)]
+
+
+def with_flags(schema: pa.Schema, decoded: SharedDecoded, keys: list[str]) -> pa.Table:
+    """Return the batch's rows some job of the source takes, with the stream's 'has key' flags (``schema``)."""
+    n = decoded.rows.num_rows
+    has = {k: ~decoded.missing[k] if k in decoded.missing else np.ones(n, dtype=bool) for k in keys}
+    anyone = np.zeros(n, dtype=bool)
+    for k in keys:
+        anyone |= has[k]
+    cols: dict[str, Any] = {c: decoded.rows.column(c) for c in decoded.rows.column_names}
+    for f in schema:
+        if f.name.startswith(HAS):
+            cols[f.name] = pa.array(has.get(f.name.removeprefix(HAS), np.zeros(n, dtype=bool)))
+    table = pa.table(cols, schema=schema)
+    return table if anyone.all() else table.filter(pa.array(anyone))

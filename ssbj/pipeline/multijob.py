@@ -131,7 +131,8 @@ class MultiJob(RestartingJob):
         out: dict[str, Warehouse] = {}
         if self.run_id is None:
             return out
-        for n, cfg in self.jobs.jobs.items():
+        # removed jobs whose old epoch still drains write their last rows in this run: they get a row too
+        for n, cfg in {**self.processor.known, **self.jobs.jobs}.items():
             if isinstance(cfg.sink, DatabaseSink):
                 wh = Warehouse(cfg)
                 wh.begin_run(self.run_id, self.processor.position())

@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -44,15 +43,15 @@ from ssbj.logs import fields
 from ssbj.pipeline import faults, multiconf
 from ssbj.pipeline.factory import MasterSource, build_sink, check_key_types
 from ssbj.pipeline.multiconf import JobSet
-from ssbj.pipeline.multidecode import SharedDecoded, shared_decoder
-from ssbj.pipeline.shared_plan import sketch
+from ssbj.pipeline.multidecode import HAS, SharedDecoded, flag_keys, shared_decoder, with_flags
+from ssbj.pipeline.multiplan import PlanKeeper, epoch_options
+from ssbj.pipeline.shared_plan import partition_rows_for, plan_for
 from ssbj.shared.epochs import EpochedSharedJoin
 from ssbj.shared.operator import MasterSource as SharedMaster
 from ssbj.shared.operator import SharedJobSpec
+from ssbj.shared.runplan import Assumed, RunPlan
 
 log = logging.getLogger("ssbj.progress")
-
-HAS = "__ssbj_has_"  # + key: the record has that key field (jobs on other keys of the source may still take it)
 
 
 @dataclass
@@ -67,7 +66,13 @@ class JobTotals:
 class MultiProcessor:
     """Drives the shared operator for a :class:`JobSet`; see the module doc."""
 
-    def __init__(self, jobs: JobSet, root: str | Path, cost_model: CostModel | None = None) -> None:
+    def __init__(
+        self,
+        jobs: JobSet,
+        root: str | Path,
+        cost_model: CostModel | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.jobs = jobs
         self.root = Path(root)
         self.state_dir = self.root / "state"
@@ -89,6 +94,8 @@ class MultiProcessor:
         self._schemas: dict[str, pa.Schema] = {}  # each live job's output schema
         self._decoders: dict[str, Callable[[pa.Table], SharedDecoded]] = {}
         self._last_end = time.time()
+        self.planner = PlanKeeper(clock)
+        self._infos: dict[str, tuple[int, Any]] = {}  # master id -> (rows, schema): one COUNT per master
 
     # ------------------------------------------------------------------ state
     def open(self) -> None:
@@ -111,8 +118,9 @@ class MultiProcessor:
         self._masters.clear()
         self._master_cols.clear()
         self._add_inputs(self.known)
-        opts = self._options()
-        self.esj = EpochedSharedJoin(self._specs(self.known), self._streams, self._masters, **opts)
+        plan = self._make_plan(self.known, None)
+        self.esj = EpochedSharedJoin(self._specs(self.known), self._streams, self._masters, **self._options(plan))
+        self.planner.start(plan, self.esj)
         self._prepare_sinks()
 
     def _restore(self, cid: int, meta: dict[str, Any]) -> None:
@@ -129,6 +137,9 @@ class MultiProcessor:
         esj.restore(self.state_dir, {s.name: s for s in self._specs(self.known)}, cid)
         self.esj = esj
         self.last_id = cid
+        cur = {n: self.known[n] for n in esj.current.jobs}
+        plan = RunPlan.from_dict(meta["plan"]) if "plan" in meta else self._make_plan(cur, None)
+        self.planner.start(plan, esj)
         self._prepare_sinks()
 
     def _switch_if_changed(self) -> None:
@@ -148,7 +159,10 @@ class MultiProcessor:
         for n in new:
             self.totals.setdefault(n, JobTotals())
         self._add_inputs(self.known)
-        epoch = self.esj.reconfigure(self._specs(self.jobs.jobs), **self._options())
+        old = self.planner.plan
+        plan = self._make_plan(self.jobs.jobs, old.assumed if old else None)
+        epoch = self.esj.reconfigure(self._specs(self.jobs.jobs), **self._options(plan))
+        self.planner.start(plan, self.esj)
         self.switched = True
         log.warning(
             "jobs changed: epoch %d runs %s; %d older epoch(s) finish their waiting tuples",
@@ -167,7 +181,7 @@ class MultiProcessor:
             by_source.setdefault(multiconf.source_id(c), []).append(c)
             by_master.setdefault(multiconf.master_id(c), []).append(c)
         for sid, cs in by_source.items():
-            keys = sorted({c.join.stream_key for c in cs} | set(_flags(self._streams.get(sid))))
+            keys = sorted({c.join.stream_key for c in cs} | set(flag_keys(self._streams.get(sid))))
             self._streams[sid] = pa.schema(
                 [*cs[0].stream_schema, *(pa.field(HAS + k, pa.bool_(), nullable=False) for k in keys)]
             )
@@ -184,9 +198,7 @@ class MultiProcessor:
                     continue
             m = cs[0].master
             if mid not in self.partition_rows:
-                self.partition_rows[mid] = m.partition_rows or max(
-                    sketch(c, 1.0, MasterSource(c).info()).partition_rows for c in cs
-                )
+                self.partition_rows[mid] = partition_rows_for(cs, self._info(mid, cs[0]))
             scan = SqlMasterScan(
                 engine(m),
                 m.table,
@@ -224,24 +236,46 @@ class MultiProcessor:
             )
         return out
 
-    def _options(self) -> dict[str, Any]:
-        """w, budget and algorithm of a new epoch, from its jobs (docs/shared.md)."""
-        cs = list(self.jobs.jobs.values())
-        opts: dict[str, Any] = {"algorithm": cs[0].join.algorithm, "cost_model": self.cost_model}
-        if all(c.join.step_rows for c in cs):
-            opts["step_rows"] = min(int(c.join.step_rows or 0) for c in cs)
-            opts["memory_budget"] = None
-        else:
-            infos: dict[str, tuple[int, Any]] = {}
-            ws = []
-            for c in cs:
-                mid = multiconf.master_id(c)
-                if mid not in infos:
-                    infos[mid] = MasterSource(c).info()
-                ws.append(c.join.step_rows or sketch(c, 1.0, infos[mid]).step_rows)
-            opts["step_rows"] = min(ws)
-            opts["memory_budget"] = max(c.join.memory for c in cs)
-        return opts
+    def _info(self, mid: str, cfg: JobConfig) -> tuple[int, Any]:
+        if mid not in self._infos:
+            self._infos[mid] = MasterSource(cfg).info()
+        return self._infos[mid]
+
+    def _make_plan(self, cfgs: dict[str, JobConfig], assumed: Assumed | None) -> RunPlan:
+        """Return the plan for ``cfgs`` (what ``ssbj plan --config`` prints for them at the same assumptions)."""
+        infos = {multiconf.master_id(c): self._info(multiconf.master_id(c), c) for c in cfgs.values()}
+        # a rate measured for a source no job of ``cfgs`` reads is not the plan's concern
+        if assumed is not None:
+            sids = {multiconf.source_id(c) for c in cfgs.values()}
+            assumed = Assumed({k: v for k, v in assumed.rates.items() if k in sids}, dict(assumed.waiting))
+        return plan_for(list(cfgs.values()), infos, self.partition_rows, assumed, self.cost_model)
+
+    def _options(self, plan: RunPlan) -> dict[str, Any]:
+        return epoch_options(plan, self.jobs.first.join.algorithm, self.cost_model)
+
+    def _replan(self) -> None:
+        """Re-optimize at this boundary when the measurements drifted (ssbj.pipeline.multiplan)."""
+        esj = self.esj
+        assert esj is not None  # noqa: S101
+        app = self.jobs.first.shared
+        if not self.planner.due(app.measure_calls):
+            return
+        cur = {n: self.known[n] for n in esj.current.jobs}
+        got = self.planner.replan(esj, app.drift, lambda a: self._make_plan(cur, a))
+        if got is None:
+            return
+        plan, why = got
+        epoch = esj.reconfigure(self._specs(cur), **self._options(plan))
+        self.planner.start(plan, esj)
+        self.planner.replans += 1
+        log.warning(
+            "re-optimized (%s): epoch %d runs w %s; %d older epoch(s) finish their waiting tuples",
+            "; ".join(why),
+            epoch,
+            [g.step_rows for g in plan.groups],
+            len(esj.draining),
+            extra=fields(event="replan", epoch=epoch, plan=plan.to_dict()),
+        )
 
     def _prepare_sinks(self) -> None:
         assert self.esj is not None  # noqa: S101
@@ -287,6 +321,7 @@ class MultiProcessor:
                 log.info("batch %d of %s is already in the state: skipped", batch_id, sid, extra=fields(event="replay"))
                 return None
             cid = self._next_id()
+            self._replan()
             decoded = self._decoders[sid](raw())
             faults.crash_point("after-decode", cid)
             t1 = time.perf_counter()
@@ -301,7 +336,10 @@ class MultiProcessor:
                 records = d.rows.num_rows + d.dead.num_rows
                 self.totals[n].records_in += records
                 self.totals[n].dead_letters += d.dead.num_rows
-            esj.push(sid, self._with_flags(sid, decoded, keys))
+            self.planner.count(sid, records)
+            esj = self.esj
+            assert esj is not None  # noqa: S101
+            esj.push(sid, with_flags(self._streams[sid], decoded, keys))
             outs: dict[str, list[pa.Table]] = {}
             steps = 0
             while esj.current.pending():
@@ -348,20 +386,6 @@ class MultiProcessor:
     def _next_id(self) -> int:
         return 0 if self.last_id is None else self.last_id + 1
 
-    def _with_flags(self, sid: str, decoded: SharedDecoded, keys: list[str]) -> pa.Table:
-        """Return the batch's rows some job of the source takes, with the stream's 'has key' flags."""
-        n = decoded.rows.num_rows
-        has = {k: ~decoded.missing[k] if k in decoded.missing else np.ones(n, dtype=bool) for k in keys}
-        anyone = np.zeros(n, dtype=bool)
-        for k in keys:
-            anyone |= has[k]
-        cols: dict[str, Any] = {c: decoded.rows.column(c) for c in decoded.rows.column_names}
-        for f in self._streams[sid]:
-            if f.name.startswith(HAS):
-                cols[f.name] = pa.array(has.get(f.name.removeprefix(HAS), np.zeros(n, dtype=bool)))
-        table = pa.table(cols, schema=self._streams[sid])
-        return table if anyone.all() else table.filter(pa.array(anyone))
-
     def _write(
         self, cid: int, live: list[str], outs: dict[str, list[pa.Table]], dead: dict[str, pa.Table]
     ) -> dict[str, int]:
@@ -394,6 +418,7 @@ class MultiProcessor:
             "partition_rows": self.partition_rows,
             "sources": self.done,
             "totals": {n: asdict(t) for n, t in self.totals.items()},
+            **self.planner.meta(),
         }
         self.esj.checkpoint(self.state_dir, cid, meta, before_commit=lambda: faults.crash_point("in-checkpoint", cid))
         self.last_id = cid
@@ -449,6 +474,8 @@ class MultiProcessor:
             "memory_bytes": sum(m["total"] for m in mem.values()),
             "memory": mem,
             "master_rows_read": sum(sj.master_rows_read() for _, sj in self.esj.epochs()),
+            "plan": self.planner.meta().get("plan"),
+            "replans": self.planner.replans,
             "seconds": seconds,
             "totals": {n: c.to_dict() for n, c in counts.items()},
         }
@@ -463,10 +490,6 @@ class MultiProcessor:
             extra=fields(**progress),
         )
         return progress
-
-
-def _flags(schema: pa.Schema | None) -> list[str]:
-    return [] if schema is None else [f.name.removeprefix(HAS) for f in schema if f.name.startswith(HAS)]
 
 
 def _merge(into: dict[str, list[pa.Table]], part: dict[str, pa.Table]) -> None:

@@ -193,7 +193,14 @@ def _dirname(epoch: int) -> str:
 
 def _plain(options: dict[str, Any]) -> dict[str, Any]:
     """Return the options a manifest can hold (a cost model object is given again at restore)."""
-    return {k: v for k, v in options.items() if v is None or isinstance(v, str | int | float | bool)}
+    return {k: v for k, v in options.items() if _jsonable(v)}
+
+
+def _jsonable(v: Any) -> bool:
+    """Scalars, and lists of them (a plan's groups, w and budgets per group)."""
+    if v is None or isinstance(v, str | int | float | bool):
+        return True
+    return isinstance(v, list) and all(_jsonable(x) for x in v)
 
 
 def _add(into: dict[str, JobCounts], counts: dict[str, JobCounts]) -> None:

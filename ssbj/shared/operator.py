@@ -34,12 +34,11 @@ from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.master import MasterScan
 from ssbj.core.operator import SemiStreamJoin
-from ssbj.core.spec import JoinSpec, StepResult, master_output_names
+from ssbj.core.spec import StepResult, master_output_names
 from ssbj.errors import CheckpointError, ConfigError, InputError
-from ssbj.shared.streamstore import MASK, StoredBatch, StreamStore
+from ssbj.shared.groups import KEY, MASK, RID, Group, build_groups
+from ssbj.shared.streamstore import StoredBatch, StreamStore
 
-KEY = "__ssbj_join_key"
-RID = "__ssbj_row_id"
 MAX_JOBS = 63  # one int64 bit set per stored row
 
 
@@ -88,23 +87,6 @@ class _Job:
     counts: JobCounts = field(default_factory=JobCounts)
 
 
-@dataclass
-class _Group:
-    master: str
-    master_key: str
-    key_type: pa.DataType
-    jobs: list[str]
-    streams: list[str]
-    op: SemiStreamJoin
-    schema: pa.Schema  # of the tuples in its H_S: key, row id (inline: bit set and stream columns)
-    mcols: list[str]  # master columns it reads: the union of its jobs'
-    inline: bool = False  # its one stream's rows live in its own H_S, not in the stream store
-    stream_masks: dict[str, int] = field(default_factory=dict)  # stream -> bits of this group's jobs
-    pending: deque[np.ndarray] = field(default_factory=deque)  # (row ids, bit sets) pushed, not yet read
-    pending_rows: int = 0
-    rows_read: int = 0  # master rows read by this group's disk phase
-
-
 class SharedJoin:
     """Binary enrichment jobs sharing scans, caches and stream rows; see the module doc."""
 
@@ -119,6 +101,9 @@ class SharedJoin:
         memory_budget: int | None = None,
         cost_model: CostModel | None = None,
         share_rows: Literal["auto", "always"] = "auto",
+        groups: list[list[str]] | None = None,
+        group_rows: list[int] | None = None,
+        group_budgets: list[int | None] | None = None,
     ) -> None:
         self.share_rows = share_rows
         self.streams = streams
@@ -137,8 +122,8 @@ class SharedJoin:
             for c in [*j.stream_cols, j.spec.stream_key]:
                 if c not in keep:
                     keep.append(c)
-        self.groups: list[_Group] = []
-        self._build_groups()
+        self.groups: list[Group] = build_groups(self, groups, group_rows, group_budgets)
+        self._inline_streams = {g.streams[0] for g in self.groups if g.inline}
         self.store = StreamStore()
         self.read_seconds = 0.0  # spent reading master partitions (not checkpointed: a measurement)
 
@@ -172,59 +157,6 @@ class SharedJoin:
             list(stream_schema) + [pa.field(nm, m_schema.field(c).type) for nm, c in zip(names, mcols, strict=True)]
         )
         self.jobs[spec.name] = _Job(spec, scols, mcols, out, stream_schema, np.int64(1 << n))
-
-    def _build_groups(self) -> None:
-        by_key: dict[tuple[str, str, str], list[str]] = {}
-        for name, j in self.jobs.items():
-            kt = self.streams[j.spec.stream].field(j.spec.stream_key).type
-            by_key.setdefault((j.spec.master, j.spec.master_key, str(kt)), []).append(name)
-        readers: dict[str, int] = {}
-        for names in by_key.values():
-            for st in {self.jobs[n].spec.stream for n in names}:
-                readers[st] = readers.get(st, 0) + 1
-        for (master, mkey, _), names in by_key.items():
-            first = self.jobs[names[0]]
-            key_type = self.streams[first.spec.stream].field(first.spec.stream_key).type
-            streams = list(dict.fromkeys(self.jobs[n].spec.stream for n in names))
-            mcols: list[str] = []
-            for n in names:
-                for c in self.jobs[n].master_cols:
-                    if c not in mcols:
-                        mcols.append(c)
-            fields = [pa.field(KEY, key_type), pa.field(RID, pa.int64())]
-            # a stream only this group reads keeps its rows in the group's H_S (no row id
-            # lookups, no second copy); a stream several groups read is stored once
-            inline = self.share_rows == "auto" and len(streams) == 1 and readers[streams[0]] == 1
-            if inline:
-                schema = self.streams[streams[0]]
-                fields += [pa.field(MASK, pa.int64())] + [schema.field(c) for c in self._keep[streams[0]]]
-            h_schema = pa.schema(fields)
-            op = SemiStreamJoin(
-                self._group_spec(mkey, mcols, len(streams)),
-                self.masters[master].scan,
-                h_schema,
-                self.masters[master].schema,
-                self.cost_model,
-            )
-            g = _Group(master, mkey, key_type, names, streams, op, h_schema, mcols, inline)
-            for n in names:
-                j = self.jobs[n]
-                g.stream_masks[j.spec.stream] = g.stream_masks.get(j.spec.stream, 0) | int(j.bit)
-            self.groups.append(g)
-        self._inline_streams = {g.streams[0] for g in self.groups if g.inline}
-
-    def _group_spec(self, master_key: str, mcols: list[str], n_streams: int) -> JoinSpec:
-        # a step reads step_rows tuples of each of the group's streams: the R-cycle in
-        # steps, and so each tuple's wait, stays that of an isolated job of step_rows
-        return JoinSpec(
-            stream_key=KEY,
-            master_key=master_key,
-            master_columns=tuple(mcols),
-            algorithm=self.algorithm,
-            chunk_bytes=1 << 50,
-            max_step_tuples=self.step_rows * n_streams,
-            memory_budget=self.memory_budget,
-        )
 
     def output_schema(self, job: str) -> pa.Schema:
         """Return the schema of ``job``'s output: its stream columns, then its master columns."""
@@ -288,7 +220,7 @@ class SharedJoin:
         return next(j.spec.stream_key for j in self.jobs.values() if j.spec.stream == stream)
 
     # ------------------------------------------------------------------ steps
-    def _busy(self, g: _Group, drain: bool) -> bool:
+    def _busy(self, g: Group, drain: bool) -> bool:
         op = g.op
         return bool(op.buffered_tuples or (drain and len(op.hs.queue)))
 
@@ -305,9 +237,13 @@ class SharedJoin:
             res: StepResult = g.op.step()
             self._consume_pending(g, before - g.op.buffered_tuples)
             g.rows_read += res.metrics.b
+            g.served += res.metrics.w_n
+            g.entered += res.metrics.w_s
             self.read_seconds += res.metrics.io_seconds
             self._split(g, res, out)
         self.store.drop_below(self._watermark())
+        if self.store.batches:
+            self.store.release(self._needed())
         return {k: pa.concat_tables(v) if len(v) > 1 else v[0] for k, v in out.items()}
 
     def pending(self, drain: bool = False) -> bool:
@@ -327,7 +263,7 @@ class SharedJoin:
         while self.pending(drain=True):
             yield self.step(drain=True)
 
-    def _consume_pending(self, g: _Group, n: int) -> None:
+    def _consume_pending(self, g: Group, n: int) -> None:
         g.pending_rows -= n
         while n > 0 and g.pending:
             head = g.pending[0]
@@ -338,7 +274,7 @@ class SharedJoin:
                 g.pending[0] = head[:, n:]
                 n = 0
 
-    def _oldest(self, g: _Group) -> int:
+    def _oldest(self, g: Group) -> int:
         """Oldest row id still waiting in ``g`` (H_S is in push order; then the stream buffer)."""
         hs = g.op.hs
         if hs.span > 0:
@@ -347,10 +283,25 @@ class SharedJoin:
             return int(g.pending[0][0, 0])
         return self.store.next_rid
 
+    def _needed(self) -> np.ndarray:
+        """Row ids some group still waits for: in its H_S or not yet read from its stream buffer."""
+        parts = []
+        for g in self.groups:
+            if g.inline:
+                continue
+            parts += [p[0] for p in g.pending]
+            hs = g.op.hs
+            if hs.span > 0:
+                slots = np.arange(hs.lo, hs.hi, dtype=np.int64)
+                live = slots[~hs.removed(slots)]
+                if len(live):
+                    parts.append(hs.take(live).column(RID).to_numpy())
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
     def _watermark(self) -> int:
         return min([self._oldest(g) for g in self.groups if not g.inline], default=self.store.next_rid)
 
-    def _split(self, g: _Group, res: StepResult, out: dict[str, list[pa.Table]]) -> None:
+    def _split(self, g: Group, res: StepResult, out: dict[str, list[pa.Table]]) -> None:
         enriched, unmatched = res.enriched, res.unmatched
         e_rids = enriched.column(RID).to_numpy() if enriched.num_rows else np.zeros(0, np.int64)
         u_rids = unmatched.column(RID).to_numpy() if unmatched.num_rows else np.zeros(0, np.int64)
@@ -390,7 +341,7 @@ class SharedJoin:
                 out.setdefault(name, []).append(t)
 
     # ------------------------------------------------------------------ counts
-    def _waiting_masks(self, g: _Group) -> np.ndarray:
+    def _waiting_masks(self, g: Group) -> np.ndarray:
         hs = g.op.hs
         parts = [p[1] for p in g.pending]
         if hs.span > 0:
@@ -444,7 +395,7 @@ class SharedJoin:
             checkpoint_id,
             {
                 "files": files,
-                "batches": [[b.start, b.stream, b.name] for b in self.store.batches],
+                "batches": [[b.start, b.stream, b.name, b.span] for b in self.store.batches],
                 "next_rid": self.store.next_rid,
                 "jobs": {n: j.counts.__dict__ for n, j in self.jobs.items()},
                 "groups": [[g.master, g.master_key, g.jobs] for g in self.groups],
@@ -460,7 +411,10 @@ class SharedJoin:
         if m["groups"] != [[g.master, g.master_key, g.jobs] for g in self.groups]:
             raise CheckpointError(f"checkpoint {cid} in {root} was written for other jobs: {m['groups']}")
         store = StreamStore(int(m["next_rid"]))
-        store.batches = [StoredBatch(int(s), st, top.read_table(nm)) for s, st, nm in m["batches"]]
+        store.batches = [
+            StoredBatch(int(row[0]), row[1], top.read_table(row[2]), int(row[3]) if len(row) > 3 else -1)
+            for row in m["batches"]
+        ]
         self.store = store
         pend = top.read_arrays(f"pending-{cid}.npz")
         for i, g in enumerate(self.groups):

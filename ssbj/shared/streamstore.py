@@ -5,17 +5,23 @@ every shared scan sees row ids in increasing order) and keeps the union of the c
 its jobs need plus ``__ssbj_jobs``, the bit set of the jobs on that stream whose filter
 the row passes. The scans' H_S hold only the join key and the row id; output rows are
 gathered from here by row id. A batch is dropped once no scan has a waiting row older
-than its end (:meth:`StreamStore.drop_below`).
+than its end (:meth:`StreamStore.drop_below`), and before that its rows are released as
+soon as every scan that took them has finished them: :meth:`StreamStore.release` keeps
+only the rows some scan still waits for, once at most half of a batch's rows are (each
+row is then copied at most once per halving), with their row ids in a column of their own.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 MASK = "__ssbj_jobs"
+STORE_RID = "__ssbj_store_rid"  # row ids of a batch some of whose rows were released
+RELEASE_SHARE = 0.5  # a batch is compacted once at most this share of its rows is still needed
 
 
 @dataclass
@@ -24,17 +30,51 @@ class StoredBatch:
 
     start: int
     stream: str
-    table: pa.Table  # projected columns + MASK
+    table: pa.Table  # projected columns + MASK (+ STORE_RID once compacted)
+    span: int = -1  # row ids it covers (its rows before any release); -1: the table's rows
+
+    def __post_init__(self) -> None:
+        if self.span < 0:
+            self.span = int(self.table.num_rows)
+        self._rids: np.ndarray | None = None
 
     @property
     def end(self) -> int:
         """One past the last row id."""
-        return self.start + int(self.table.num_rows)
+        return self.start + self.span
+
+    @property
+    def compacted(self) -> bool:
+        """Whether some of its rows were released (its rows carry their ids)."""
+        return STORE_RID in self.table.column_names
+
+    def rids(self) -> np.ndarray:
+        """Row ids of its rows (sorted)."""
+        if self._rids is None:
+            self._rids = (
+                self.table.column(STORE_RID).to_numpy()
+                if self.compacted
+                else np.arange(self.start, self.end, dtype=np.int64)
+            )
+        return self._rids
+
+    def positions(self, rids: np.ndarray) -> np.ndarray:
+        """Positions of ``rids`` (all of them held) in its table."""
+        if not self.compacted:
+            return rids - self.start
+        pos = np.searchsorted(self.rids(), rids)
+        if np.any(pos >= self.table.num_rows) or np.any(self.rids()[np.minimum(pos, self.table.num_rows - 1)] != rids):
+            raise LookupError("row id released from the shared stream store")  # a bug, never data
+        return pos
 
     @property
     def name(self) -> str:
-        """File name of this batch in a checkpoint."""
-        return f"rows-{self.start}.arrow"
+        """File name of this batch in a checkpoint (a compacted one: by its rows too)."""
+        if not self.compacted:
+            return f"rows-{self.start}.arrow"
+        # by the rows it keeps: a crashed attempt may have left another compaction of this batch
+        digest = hashlib.sha1(self.rids().tobytes()).hexdigest()[:12]  # noqa: S324 - a name, not security
+        return f"rows-{self.start}-{digest}.arrow"
 
 
 class StreamStore:
@@ -66,6 +106,22 @@ class StreamStore:
         if i:
             del self.batches[:i]
 
+    def release(self, needed: np.ndarray) -> int:
+        """Keep only the rows whose ids are in ``needed`` in batches where at most half still are; rows released."""
+        freed = 0
+        for i, b in enumerate(self.batches):
+            ids = b.rids()
+            keep = np.isin(ids, needed, assume_unique=False)
+            n = int(keep.sum())
+            if n > RELEASE_SHARE * len(ids):
+                continue
+            table = b.table.filter(pa.array(keep))
+            if not b.compacted:
+                table = table.append_column(STORE_RID, pa.array(ids[keep], pa.int64()))
+            self.batches[i] = StoredBatch(b.start, b.stream, table.combine_chunks(), b.span)
+            freed += len(ids) - n
+        return freed
+
     @property
     def rows(self) -> int:
         """Rows held."""
@@ -78,12 +134,18 @@ class StreamStore:
     def _locate(self, rids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         starts = np.fromiter((b.start for b in self.batches), dtype=np.int64, count=len(self.batches))
         which = np.searchsorted(starts, rids, side="right") - 1
-        if len(rids) and (which.min() < 0 or np.any(rids - starts[which] >= self._sizes()[which])):
+        if len(rids) and (which.min() < 0 or np.any(rids - starts[which] >= self._spans()[which])):
             raise LookupError("row id no longer in the shared stream store")  # a bug, never data
-        return which, rids - starts[which]
+        pos = rids - starts[which]
+        for w in np.unique(which) if any(b.compacted for b in self.batches) else ():
+            b = self.batches[w]
+            if b.compacted:
+                sel = which == w
+                pos[sel] = b.positions(rids[sel])
+        return which, pos
 
-    def _sizes(self) -> np.ndarray:
-        return np.fromiter((b.table.num_rows for b in self.batches), dtype=np.int64, count=len(self.batches))
+    def _spans(self) -> np.ndarray:
+        return np.fromiter((b.span for b in self.batches), dtype=np.int64, count=len(self.batches))
 
     def masks(self, rids: np.ndarray) -> np.ndarray:
         """Return the job bit sets of rows ``rids``."""

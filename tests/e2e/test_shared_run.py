@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from multijob_cases import dead_letters, expected, land, output, write_job_file, write_masters
+from multijob_cases import JOBS, dead_letters, expected, land, output, write_job_file, write_masters
 from ssbj_process import ssbj
 
 pytestmark = pytest.mark.slow  # four ssbj run subprocesses: 15-60 s each
@@ -58,3 +58,26 @@ def test_switch_with_sigkill_during_it_is_exact(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     for n, files in (("a", orders), ("b", orders[:3]), ("d", orders[3:]), ("c", clicks)):
         _check(tmp_path, n, files)
+
+
+def test_sigkill_inside_a_drift_switch_is_exact(tmp_path: Path) -> None:
+    write_masters(tmp_path)
+    for d in ("out", "dead", "clicks"):
+        (tmp_path / d).mkdir()
+    # one budget, re-optimized after every measured call when anything moves by 1%: c's clicks never
+    # arrive, so the customer scan's measured rate halves against the plan's and the plan switches
+    shared = {"memory": "1MiB", "drift": 0.01, "measure_calls": 1}
+    for n in "abc":
+        key, how = JOBS[n][1], JOBS[n][5]
+        write_job_file(tmp_path, n, join={"stream_key": key, "type": how}, shared=shared)
+    orders = [land(tmp_path, "orders", f, 150) for f in range(3)]
+    res = _run(tmp_path, "abc", crash="in-checkpoint:1")  # the second call re-optimizes and dies committing it
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    assert "re-optimized" in res.stderr, res.stderr[-3000:]
+    orders += [land(tmp_path, "orders", f, 150) for f in range(3, 5)]
+    res = _run(tmp_path, "abc")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "0 waiting" in res.stdout
+    for n in "ab":
+        _check(tmp_path, n, orders)
+    _check(tmp_path, "c", [])

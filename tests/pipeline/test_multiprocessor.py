@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -151,3 +152,38 @@ def test_cli_needs_a_checkpoint_for_several_files_and_reports_incompatible_ones(
     assert "shared scan" in out and "2 jobs: OK" in out
     assert main(["validate", str(a), str(a)]) == 2
     assert "two jobs are named 'a'" in capsys.readouterr().err
+
+
+def test_a_removed_jobs_last_rows_are_in_an_audit_row(tmp_path: Path) -> None:
+    import sqlite3
+
+    from ssbj.pipeline.multijob import MultiJob
+
+    write_masters(tmp_path)
+    orders = [land(tmp_path, "orders", f, 150) for f in range(3)]
+    wh = f"sqlite:///{tmp_path / 'wh.db'}"
+
+    def cfg(n: str) -> Any:
+        db = {"sink": {"kind": "database", "url": wh, "table": f"{n}_out"}}
+        return job_config(tmp_path, n, dead_letter={"kind": "database", "url": wh, "table": f"{n}_dead"}, **db)
+
+    sid = multiconf.source_id(cfg("a"))
+    p = MultiProcessor(multiconf.check([cfg("a"), cfg("b")]), tmp_path / "app")
+    p.open()
+    for i in range(2):
+        p.process(sid, i, lambda i=i: _raw(orders[i]))
+    assert p.counts()["b"].waiting > 0
+    # the next run has b removed: its old epoch drains and writes b's last rows in this run
+    job = MultiJob([cfg("a")], tmp_path / "app", run_id="r2")
+    job.processor.open()
+    before = job.processor.counts()
+    warehouses = job._begin_audit()
+    assert sorted(warehouses) == ["a", "b"]
+    job.processor.process(sid, 2, lambda: _raw(orders[2]))
+    job.processor.drain()
+    after = job.processor.counts()
+    job._finish_audit(warehouses, before, after, 1.0)
+    with sqlite3.connect(tmp_path / "wh.db") as db:
+        rows = dict(db.execute("SELECT job, rows_enriched FROM ssbj_audit WHERE run_id = 'r2'").fetchall())
+        b_rows = db.execute("SELECT COUNT(*) FROM b_out WHERE ssbj_batch_id >= 2").fetchone()[0]
+    assert rows["b"] == after["b"].output_rows - before["b"].output_rows == b_rows > 0

@@ -18,7 +18,14 @@ def _job(tmp: Path, name: str, stream: str, key: str, table: str, mkey: str) -> 
         "source": {"kind": "files", "path": str(tmp / stream), "format": "jsonl"},
         # rows of ~100 B: with rows hardly wider than key + row id, one stored copy plus a
         # narrow entry per scan can cost more than rows kept by one scan (docs/shared.md)
-        "schema": {"id": "int64", key: "int64", "note": "string", "addr": "string", "comment": "string"},
+        "schema": {
+            "id": "int64",
+            "cust": "int64",
+            "prod": "int64",
+            "note": "string",
+            "addr": "string",
+            "comment": "string",
+        },
         "master": {"url": f"sqlite:///{tmp / 'm.db'}", "table": table, "key": mkey, "partition_rows": 500},
         "join": {"stream_key": key, "step_rows": 1000},
         "sink": {"kind": "parquet", "path": str(tmp / "out" / name)},
@@ -50,8 +57,10 @@ def test_plan_shares_the_customer_scan(jobs: list[str], capsys: pytest.CaptureFi
     assert main(["plan", "--config", *jobs, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     stores = {Path(s["master"]).name: s for s in doc["stores"]}
-    assert sorted(stores["customer"]["jobs"]) == ["clicks_cust", "orders_cust"]
-    assert stores["product"]["jobs"] == ["orders_prod"]
+    assert sorted(stores["customer#c_key"]["jobs"]) == ["clicks_cust", "orders_cust"]
+    assert stores["product#p_key"]["jobs"] == ["orders_prod"]
+    groups = {Path(g["master"]).name: g for g in doc["run_plan"]["groups"]}
+    assert groups["customer#c_key"]["jobs"] == ["clicks_cust", "orders_cust"]
     pred = doc["predicted"]
     # one scan of customer instead of two: less predicted CPU and memory than isolated
     assert pred["shared"]["cpu_core_seconds_per_second"] < pred["isolated"]["cpu_core_seconds_per_second"]
@@ -62,7 +71,7 @@ def test_plan_shares_the_customer_scan(jobs: list[str], capsys: pytest.CaptureFi
 
 def test_plan_text_and_shards_under_load(jobs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     # at 20M tuples/s one shard cannot keep up: the ILP splits the customer store
-    assert main(["plan", "--config", *jobs, "--rate", "4e6"]) == 0
+    assert main(["plan", "--config", *jobs, "--rate", "4e6", "--capacity", "1"]) == 0
     out = capsys.readouterr().out
     assert "shared scan of" in out and "shards on c_key" in out and "isolated" in out
 
@@ -73,5 +82,5 @@ def test_plan_without_inputs_is_a_usage_error(capsys: pytest.CaptureFixture[str]
 
 
 def test_plan_beyond_capacity_says_so(jobs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--config", *jobs, "--rate", "1e9"]) == 2
+    assert main(["plan", "--config", *jobs, "--rate", "1e9", "--capacity", "1"]) == 2
     assert "capacity" in capsys.readouterr().err

@@ -157,3 +157,51 @@ def test_string_keys_are_verified(n: int, b: int, step: int, seed: int) -> None:
         want, _ = expected(job, stream, master)
         t = pa.concat_tables(got[job.name]) if got[job.name] else sj.output_schema(job.name).empty_table()
         assert as_multiset(t) == want
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(50, 400),
+    keys=st.integers(5, 60),
+    b=st.integers(1, 8),
+    step=st.integers(1, 30),
+    batch=st.integers(20, 120),
+    seed=st.integers(0, 1 << 16),
+)
+def test_stored_rows_are_released_once_every_scan_has_finished_them(
+    n: int, keys: int, b: int, step: int, batch: int, seed: int
+) -> None:
+    """The store holds at most twice the rows some scan still waits for, whatever the longest R-cycle."""
+    _release_run(n, keys, b, step, batch, seed)
+
+
+def _release_run(n: int, keys: int, b: int, step: int, batch: int, seed: int) -> bool:
+    masters = masters_for(keys, max(1, keys // 8), 2, b, seed)  # product: a far shorter R-cycle than customer
+    streams = {
+        "orders": make_stream("orders", n, keys, seed + 1),
+        "clicks": make_stream("clicks", n // 2, keys, seed + 2),
+    }
+    sj = SharedJoin(SETS["all"], STREAMS, masters, step_rows=step)
+    got: dict[str, list[pa.Table]] = {j: [] for j in sj.jobs}
+    compacted = False
+    for stream, part in interleave(streams, batch):
+        sj.push(stream, part)
+        while sj.pending():
+            for j, t in sj.step().items():
+                got[j].append(t)
+            needed = np.unique(sj._needed())
+            held = np.concatenate([bt.rids() for bt in sj.store.batches]) if sj.store.batches else needed[:0]
+            assert np.isin(needed, held).all()  # nothing a scan waits for was released
+            assert len(held) <= 2 * len(needed)
+            compacted = compacted or any(bt.compacted for bt in sj.store.batches)
+    for out in sj.drain():
+        for j, t in out.items():
+            got[j].append(t)
+    _check(sj, got, streams, masters)
+    assert sj.store.rows == 0
+    return compacted
+
+
+def test_rows_are_released_before_the_longest_r_cycle_ends() -> None:
+    # customer R-cycles several times product's: a batch outlives most of its rows (cache hits, NULL keys)
+    assert _release_run(n=400, keys=20, b=4, step=10, batch=100, seed=1)
