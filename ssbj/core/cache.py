@@ -123,7 +123,13 @@ class Cache:
     def row_nbytes(self) -> int:
         """Bytes of the cached rows' columns and their partition tags."""
         if self._rows_nb[0] != self._rows_gen:
-            self._rows_nb = (self._rows_gen, int(sum(c.nbytes for c in self.columns) + self.src.nbytes))
+            # what is held: the columns' whole buffers, the tags' whole array (both may be
+            # larger than the rows, written in place: ssbj.core.takeall)
+            cols = sum(b.size for c in self.columns for b in c.buffers() if b is not None)
+            src = self.src
+            while isinstance(src.base, np.ndarray):
+                src = src.base
+            self._rows_nb = (self._rows_gen, int(cols + src.nbytes))
         return self._rows_nb[1]
 
     def nbytes(self) -> int:

@@ -35,6 +35,7 @@ from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core import switching as SW
+from ssbj.core import takeall as TA
 from ssbj.core.arrowtypes import take_rows
 from ssbj.core.cache import HR_F, HR_SINCE
 from ssbj.core.cachephase import answer_hits
@@ -169,23 +170,92 @@ def end_take_all(
     op: SemiStreamJoin, resident: bool, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
 ) -> None:
     """At the R-cycle start after a take-all R-cycle: switch all of s_B in; complete if R still fits."""
-    peak = op.memory().total + B.switch_transient(op)  # H_S, old H_R, s_B and the rebuild, at once
-    keys = np.unique(np.concatenate([k for _, k, _, _ in op._sb])) if op._sb else np.zeros(0, np.int64)
-    if len(keys):
-        SW.rebuild_hr(op, np.zeros(0, np.int64), keys)
-        SW.switch_in(op, keys, pairs, unmatched)
+    store, op._store = op._store, None
+    if store is not None or op._take_all_void:
+        done = store is not None and not op._take_all_void and resident and allowed(op)
+        done = done and _switch_store(op, store, pairs, unmatched)  # type: ignore[arg-type]
+        del store
+        op._sb_bytes = 0
+    else:
+        peak = op.memory().total + B.switch_transient(op)  # H_S, old H_R, s_B and the rebuild, at once
+        keys = np.unique(np.concatenate([k for _, k, _, _ in op._sb])) if op._sb else np.zeros(0, np.int64)
+        if len(keys):
+            SW.rebuild_hr(op, np.zeros(0, np.int64), keys)
+            SW.switch_in(op, keys, pairs, unmatched)
+        op._switch_peak = peak
+        op._c.bump("take_all_values", len(keys))
+        done = resident and allowed(op)
     op._sb, op._sb_bytes = [], 0
-    op._take_all = False
+    op._take_all = op._take_all_void = False
     op._take_all_reserve = 0
     op._sb_peak = op._sb_peak_before  # s_B of the take-all R-cycle is no switching buffer to reserve again
     op._complete_seen.clear()
-    op._switch_peak = peak
-    op._c.bump("take_all_values", len(keys))
-    if resident and allowed(op):
+    if done:
         _finish_hs(op, unmatched)
         op.cache.empties.drop_mask(np.ones(op.cache.empties.size, dtype=bool))  # a miss needs no entry now
         op._complete = True
         op._c.bump("complete_entered")
+
+
+def _switch_store(
+    op: SemiStreamJoin, store: TA.RowStore, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
+) -> bool:
+    """Switch s_B written in place in (:mod:`ssbj.core.takeall`); False (nothing switched) if it does not fit.
+
+    The peak is counted at the arrays' nbytes: the sort beside everything held (the old H_R's
+    rows twice), then the new index once the old rows are gone.
+    """
+    cache = op.cache
+    n_sb = store.n
+    old_keys = cache.key_array()
+    held = op.memory().total + old_keys.nbytes
+    ok = store.append(cache.table(), None, old_keys, cache.src)
+    del old_keys
+    if not ok:  # (R grew beyond the store, or H_R holds a NULL the store cannot)
+        return _void(op)
+    order = TA.sort_order(store)
+    v, v_sb = TA.count_runs(store.keys, order, store.n, n_sb)
+    keys = np.empty(v_sb, np.int64)
+    TA.sb_values(store.keys, order, store.n, n_sb, keys)
+    held = max(held, op.memory().total)
+    budget = op.spec.memory_budget or 0
+    sort_peak = held + TA.sort_bytes(store.n) + keys.nbytes
+    index_peak = held - cache.row_nbytes() + TA.index_bytes(int(v))
+    if max(sort_peak, index_peak) > budget:
+        return _void(op)
+    TA.permute_into(cache, store, order)
+    del order
+    op._sb_bytes = store.nbytes  # (its keys: the columns and tags are H_R's now)
+    TA.index_from(cache, store, int(v), op._rc)
+    op._sb_bytes = 0
+    SW.switch_in(op, keys, pairs, unmatched)
+    op._switch_peak = max(sort_peak, index_peak)
+    op._c.bump("take_all_values", len(keys))
+    return True
+
+
+def _void(op: SemiStreamJoin) -> bool:
+    """Drop the take-all's s_B: nothing switches in (H_S meets every partition as always)."""
+    op._store = None
+    op._store_failed = True  # (later take-alls hold s_B as tables)
+    op._sb_bytes = 0
+    op._c.bump("take_all_void")
+    return False
+
+
+def store_append(op: SemiStreamJoin, part: pa.Table, rows: np.ndarray, keys: np.ndarray, p: int) -> None:
+    """Write a take-all piece's s_B rows in place; a piece that does not fit voids the R-cycle's s_B.
+
+    (The R-cycle stays a take-all R-cycle: the FSM cannot resume mid R-cycle, see departure 1.)
+    """
+    store = op._store
+    if store is None:
+        return
+    if store.append(part, rows, keys, p):
+        op._sb_seq += 1
+    else:
+        _void(op)
+        op._take_all_void = True
 
 
 def next_mode(op: SemiStreamJoin, resident: bool) -> None:
@@ -204,6 +274,9 @@ def next_mode(op: SemiStreamJoin, resident: bool) -> None:
     if op._take_all_pending or _ring_fits_beside(op, reserve):
         op._take_all_pending = False
         op._take_all = True
+        if B.store_path(op):
+            op._store = TA.RowStore(op._master_layout, B.store_rows(max(int(op._scan_last[0]), op.cache.rows)))
+            op._sb_bytes = op._store.nbytes
         op._c.bump("take_all_cycles")
     else:  # H_S's live tuples hold the room: reserve it for an R-cycle first, while the ring shrinks
         op._take_all_pending = True

@@ -177,6 +177,9 @@ class SemiStreamJoin:
         self._complete = False
         self._take_all_reserve = 0  # bytes the budget keeps for the take-all's s_B and switch-in
         self._sb_peak_before = 0  # the s_B reserve before the take-all R-cycle
+        self._store: Any = None  # the take-all's s_B written in place (ssbj.core.takeall.RowStore)
+        self._store_failed = False  # a store did not fit (R grew, a NULL): take-alls hold s_B as tables
+        self._take_all_void = False  # this take-all R-cycle's s_B was dropped: nothing switches in
         self._switch_peak = 0  # bytes held at once while s_B of a take-all switched in (this step)
         self._switch_transient = 0  # a rebuild's temporaries the step's memory report adds (ssbj.core.budget)
         # partition -> the resident partition's buffers H_R's rows of it were last made equal to
