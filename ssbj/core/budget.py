@@ -97,9 +97,10 @@ def temporaries_reserve(op: SemiStreamJoin) -> int:
     """Return the bytes kept for the step's temporaries (probe results).
 
     They grow with the tuples in H_S: the most seen per waiting tuple, for a full ring, or
-    the peak seen, if more.
+    the peak seen, if more; and beside them the most an H_R rebuild's temporaries held
+    (:meth:`ssbj.core.cache.Cache.rebuild`: a switch-in, an eviction, a refresh).
     """
-    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
+    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap)) + op._rebuild_peak
 
 
 def prefetch_reserve(op: SemiStreamJoin) -> int:

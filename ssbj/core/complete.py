@@ -44,6 +44,7 @@ from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hsindex import EMPTY
 from ssbj.core.interest import interest_test
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
+from ssbj.core.resident import remember, views_of_resident
 
 if TYPE_CHECKING:
     from ssbj.core.keys import EncodedKeys
@@ -318,6 +319,33 @@ def refresh_fits(op: SemiStreamJoin, rows: int) -> bool:
     return op.memory().total + grow + B.rebuild_bytes(op, rows) <= budget
 
 
+def refresh_room(op: SemiStreamJoin, p: int, rows_of_p: int) -> bool:
+    """Whether an FSM refresh that gives partition p ``rows_of_p`` cached rows fits the budget.
+
+    Only growth is checked (the rebuild's temporaries are reserved, :func:`ssbj.core.budget.temporaries_reserve`):
+    after the complete cache is left, R may have grown under cached values.
+    """
+    budget = op.spec.memory_budget
+    grow = rows_of_p - int(op.cache.cnt_src[p]) if p < len(op.cache.cnt_src) else rows_of_p
+    if budget is None or grow <= 0:
+        return True
+    rows = op.cache.rows + grow
+    temps = max(B.rebuild_bytes(op, rows) - op._rebuild_peak, 0)  # beyond what is reserved
+    return op.memory().total + grow * (B.layout_row_bytes(op) + 4) + temps <= budget
+
+
+def clear_cache(op: SemiStreamJoin) -> bool:
+    """Empty H_R (its refresh does not fit the budget): exact, as an eviction, at no rebuild's cost.
+
+    A tuple of a value no longer cached enters H_S and meets every partition. Returns True (H_R changed).
+    """
+    cache = op.cache
+    cache.rebuild(cache.index.keys[cache.index.used], None, np.zeros(0, np.int64), np.zeros(0, np.int32), op._rc)
+    op.rebuild_interest()
+    op._c.bump("refresh_cleared")
+    return True
+
+
 def leave(op: SemiStreamJoin) -> None:
     """Leave the complete cache: H_R stays as it is, misses go to H_S again, the FSM resumes."""
     op._complete = False
@@ -397,7 +425,7 @@ def complete_piece(op: SemiStreamJoin, p: int, part: pa.Table, mk: EncodedKeys, 
     if not acc.refresh:
         return
     if acc.whole and p in op._complete_seen:
-        seen = _views_of_resident(op, p, part)
+        seen = views_of_resident(op, p, part)
         if seen is not None and op._complete_seen[p][0] == seen:
             acc.refresh = False  # the whole partition, unchanged since H_R's rows of it were made equal to it
             return
@@ -429,7 +457,7 @@ def refresh_complete(
     cache = op.cache
     if len(rf_row) == 0 and n_new == 0 and cache.cnt_src[p] == 0:
         return False
-    seen = _views_of_resident(op, p, part)
+    seen = views_of_resident(op, p, part)
     if seen is not None and op._complete_seen.get(p, (None,))[0] == seen:
         return False  # the very buffers H_R's rows of p were last made equal to (immutable)
     changed = n_new > 0
@@ -439,12 +467,14 @@ def refresh_complete(
         if not changed and matched:
             changed = not rows_equal(part, rf_row, cache.columns, old)
     if not changed:
-        _remember(op, p, part, seen)
+        remember(op, p, part, seen)
         return False
     rows_after = cache.rows - int(cache.cnt_src[p]) + part.num_rows
     if not refresh_fits(op, rows_after):
         leave(op)  # R grew beyond the budget: the cached values are refreshed as usual
         op._c.bump("complete_outgrown")
+        if not refresh_room(op, p, len(rf_row)):
+            return clear_cache(op)
         return cache.refresh(p, part, keys, rf_row, rf_slot, 0, op._rc)
     before = cache.index.keys[cache.index.used]
     op._switch_transient = max(op._switch_transient, B.rebuild_bytes(op, rows_after))  # (reported with the step)
@@ -455,40 +485,5 @@ def refresh_complete(
         if op.interest.overfull:
             op.rebuild_interest()
         op._c.bump("complete_values_added", len(added))
-    _remember(op, p, part, seen)
+    remember(op, p, part, seen)
     return True
-
-
-def _buffers(t: pa.Table) -> tuple[tuple[int, int, int, int], ...]:
-    """Identity of a table's data: (address, size, offset, length) of every buffer of every chunk."""
-    out: list[tuple[int, int, int, int]] = []
-    for col in t.columns:
-        for ch in col.chunks:
-            out.extend((b.address, b.size, ch.offset, len(ch)) for b in ch.buffers() if b is not None)
-    return tuple(out)
-
-
-def _views_of_resident(op: SemiStreamJoin, p: int, part: pa.Table) -> tuple[tuple[int, int, int, int], ...] | None:
-    """Return the buffers of partition p as read, if they are the master's resident partition (else None).
-
-    Arrow buffers are immutable, so a read of p that returns the very buffers of the last read
-    brings the same rows. Only views of data the master holds anyway are remembered (holding
-    them costs nothing); a partition read into new buffers is compared row by row.
-    """
-    get = getattr(op.master, "resident_partition", None)
-    if get is None:
-        return None
-    ids = _buffers(part)
-    return ids if ids == _buffers(get(p).select(op._mcols)) else None
-
-
-def _remember(op: SemiStreamJoin, p: int, part: pa.Table, seen: tuple[tuple[int, int, int, int], ...] | None) -> None:
-    """H_R's rows of p now equal ``part``'s: remember its buffers (and hold them, so no address is reused).
-
-    (The master's own buffers: holding them costs the operator nothing.)
-    """
-    if seen is None:
-        op._complete_seen.pop(p, None)
-    else:
-        held = [b for col in part.columns for ch in col.chunks for b in ch.buffers() if b is not None]
-        op._complete_seen[p] = (seen, held)

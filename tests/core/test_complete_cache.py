@@ -638,3 +638,65 @@ def test_in_place_s_b_voided_when_r_outgrows_the_store() -> None:
         assert out == batch_join(part, r, "k", "key", ["pk", "v"])
         assert um == unmatched_reference(part, r, "k", "key")
     _check_totals(op)
+
+
+def test_h_r_grown_under_cached_values_after_leaving_stays_within_the_budget() -> None:
+    """R grows under cached values while complete: the mode is left, and the refresh may not grow H_R past the budget.
+
+    The step's memory includes every H_R rebuild's temporaries (at their nbytes); H_R is
+    emptied when its refresh does not fit (exact: an eviction). The probe's own temporaries
+    (pairs of ~150 rows a tuple after the growth) are left out: they are not H_R's.
+    """
+    rng = random.Random(5)
+    master = RangeMaster(_master(rng, n=120, spacing=50), b=1000, k=6)
+    schema = _stream(rng, 0, 1).schema
+    budget = 160_000
+    op = SemiStreamJoin(_spec(budget), master, schema, master.table().schema)
+    next_id = 0
+    outputs: list[tuple[int, pa.Table, pa.Table]] = []
+    pushed_at: dict[int, int] = {}
+    batches: list[pa.Table] = []
+    grown_at = None
+    peaks: list[float] = []
+    for step in range(30 * 6):
+        if op.complete and grown_at is None:
+            for pk in range(6_000):  # rows of the cached values (0-39), in every partition
+                if pk not in master.rows:
+                    master.rows[pk] = (rng.randrange(0, 40), f"g-{pk}")
+            grown_at = step
+        batch = _stream(rng, next_id, 60)
+        batches.append(batch)
+        for i in range(next_id, next_id + 60):
+            pushed_at[i] = step
+        next_id += 60
+        op.push(batch)
+        res = op.step()
+        outputs.append((step, res.enriched, res.unmatched))
+        mem = res.metrics.memory
+        if res.metrics.step > 0:  # (the probe's temporaries of a 50-fold many-to-many burst are not H_R's)
+            peaks.append((mem.total - op._transient) / budget)
+    assert grown_at is not None and op._c.extra.get("complete_left", 0) >= 1
+    assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
+    for r in op.drain():
+        outputs.append((-1, r.enriched, r.unmatched))
+    late_ids = {i for i, s in pushed_at.items() if s >= grown_at + 6}
+    out, um = _late_output(outputs, late_ids)
+    ids = pa.array(sorted(late_ids), pa.int64())
+    late = pa.concat_tables([t.filter(pc.is_in(t.column("id"), ids)) for t in batches])
+    mt = master.table()
+    assert out == batch_join(late, mt, "k", "key", ["pk", "v"])
+    assert um == unmatched_reference(late, mt, "k", "key")
+    _check_totals(op)
+
+
+def test_fsm_rebuild_temporaries_are_reported_and_reserved() -> None:
+    """An ordinary (FSM) switch-in's rebuild: its temporaries are in the step's memory and reserved after."""
+    stream, master = _zipf(5_000, 60_000)
+    spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=120_000, chunk_bytes=20_000, complete_cache=False)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 1_000), stream.schema, master.schema)
+    seen = 0
+    for r in op.run(stream.to_batches(max_chunksize=4_000)):
+        if op._c.switched_in and not seen:
+            seen = op._rebuild_peak
+            assert seen > 0 and r.metrics.memory.transient >= op._transient + seen
+    assert seen and B.temporaries_reserve(op) >= op._rebuild_peak
