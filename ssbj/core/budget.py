@@ -33,10 +33,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ssbj.core import takeall as TA
 from ssbj.core.cache import INDEX_LOAD as HR_INDEX_LOAD
 from ssbj.core.hashing import KeyedTable, capacity_for
 from ssbj.core.hsindex import INDEX_LOAD, INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
+from ssbj.core.rfilter import BITMAP
 from ssbj.core.stats import candidate_bytes
 
 if TYPE_CHECKING:
@@ -95,9 +97,10 @@ def temporaries_reserve(op: SemiStreamJoin) -> int:
     """Return the bytes kept for the step's temporaries (probe results).
 
     They grow with the tuples in H_S: the most seen per waiting tuple, for a full ring, or
-    the peak seen, if more.
+    the peak seen, if more; and beside them the most an H_R rebuild's temporaries held
+    (:meth:`ssbj.core.cache.Cache.rebuild`: a switch-in, an eviction, a refresh).
     """
-    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
+    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap)) + op._rebuild_peak
 
 
 def prefetch_reserve(op: SemiStreamJoin) -> int:
@@ -173,10 +176,38 @@ def rebuild_bytes(op: SemiStreamJoin, rows: int) -> int:
 
 
 def take_all_bytes(op: SemiStreamJoin) -> int:
-    """Return what a take-all R-cycle holds at its switch-in beyond H_R now: s_B of every uncached row, the rebuild."""
+    """Return what a take-all R-cycle holds at its switch-in beyond H_R now.
+
+    s_B written in place (:mod:`ssbj.core.takeall`): the store for all of R, and beyond it
+    the sort (beside the old H_R) or the new index (once the old rows are gone), whichever
+    is more. Otherwise s_B of every uncached row and the rebuild.
+    """
     rows = max(int(op._scan_last[0]), op.cache.rows)
+    if store_path(op):
+        cap = store_rows(rows)
+        old = op.cache.row_nbytes()
+        extra = max(TA.sort_bytes(cap), TA.index_bytes(values_estimate(op, cap)) - old)
+        return cap * TA.row_bytes(op._master_layout) + extra
     uncached = max(0, rows - op.cache.rows)
     return int(uncached * (layout_row_bytes(op) + 12)) + rebuild_bytes(op, rows)  # s_B: row, key, tag
+
+
+def store_path(op: SemiStreamJoin) -> bool:
+    """Whether a take-all R-cycle writes s_B in place (:mod:`ssbj.core.takeall`): a fixed-width layout."""
+    return TA.supports(op._master_layout) and not op._store_failed
+
+
+def store_rows(rows: int) -> int:
+    """Rows the take-all's store holds: R's of the last R-cycle and a margin for growth."""
+    return rows + max(64, int(rows * TA.SLACK))
+
+
+def values_estimate(op: SemiStreamJoin, rows: int) -> int:
+    """Distinct values of R: a bitmap R-filter's set bits (it forgets no value, so at least R's), else one a row."""
+    rf = op.rfilter.active
+    if rf is not None and rf.mode == BITMAP and not rf.oor:
+        return min(rows, int(np.bitwise_count(rf.bits).sum()))
+    return rows
 
 
 def switch_transient(op: SemiStreamJoin) -> int:

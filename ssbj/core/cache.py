@@ -103,6 +103,7 @@ class Cache:
         self.empties = EmptySet()
         self.cnt_src = np.zeros(1, dtype=np.int64)
         self.version = 0  # bumped when the rows change (checkpoints write H_R only then)
+        self.last_transient = 0  # bytes of the last rebuild's temporaries at their peak (nbytes)
 
     # ------------------------------------------------------------ sizes
     @property
@@ -123,7 +124,13 @@ class Cache:
     def row_nbytes(self) -> int:
         """Bytes of the cached rows' columns and their partition tags."""
         if self._rows_nb[0] != self._rows_gen:
-            self._rows_nb = (self._rows_gen, int(sum(c.nbytes for c in self.columns) + self.src.nbytes))
+            # what is held: the columns' whole buffers, the tags' whole array (both may be
+            # larger than the rows, written in place: ssbj.core.takeall)
+            cols = sum(b.size for c in self.columns for b in c.buffers() if b is not None)
+            src = self.src
+            while isinstance(src.base, np.ndarray):
+                src = src.base
+            self._rows_nb = (self._rows_gen, int(cols + src.nbytes))
         return self._rows_nb[1]
 
     def nbytes(self) -> int:
@@ -202,17 +209,21 @@ class Cache:
         if keep_src_not is not None:
             keep &= self.src != keep_src_not
         keep_idx = np.flatnonzero(keep)
+        peak = old_keys.nbytes + keep.nbytes + keep_idx.nbytes  # (the temporaries at their nbytes)
         del keep
         n_add = 0 if add is None else add.num_rows
         keys = np.concatenate([old_keys[keep_idx], np.asarray(add_keys, np.int64)])
         del old_keys
         src = np.concatenate([self.src[keep_idx], np.asarray(add_src, np.int32)])
         order = np.lexsort((src, keys))  # (stable: read order within a value and partition)
+        base = keys.nbytes + src.nbytes + order.nbytes + keep_idx.nbytes
         for c in range(len(self.columns)):
             old = self.columns[c].take(pa.array(keep_idx))
             merged = old if n_add == 0 else pa.concat_arrays([old, add.column(c).combine_chunks()])  # type: ignore[union-attr]
+            peak = max(peak, base + old.nbytes + (merged.nbytes if n_add else 0))
             del old  # (at most the merged column and its sorted copy live beside the old one)
             self.columns[c] = merged.take(pa.array(order))
+            peak = max(peak, base + merged.nbytes + self.columns[c].nbytes)
             del merged
         del keep_idx
         keys = keys[order]
@@ -223,6 +234,7 @@ class Cache:
         starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if len(keys) else np.zeros(0, np.int64)
         uniq = keys[starts]
         counts = np.diff(np.append(starts, len(keys)))
+        peak = max(peak, keys.nbytes + starts.nbytes + uniq.nbytes + counts.nbytes)
         del keys
         pay = np.zeros((len(uniq), 4), dtype=np.int32)
         pay[:, HR_START] = starts
@@ -230,7 +242,9 @@ class Cache:
         pay[:, HR_SINCE] = rc
         del starts, counts
         _carry(ix.keys, ix.used, ix.payload, uniq, pay)
+        old_ix = ix.nbytes
         ix.load(uniq, pay, capacity_for(len(uniq), INDEX_LOAD))
+        self.last_transient = max(peak, uniq.nbytes + pay.nbytes + old_ix)  # (the old index beside the new)
         if cached_after is not None and len(cached_after):
             gone = np.setdiff1d(cached_after, uniq)
             self.add_empties(gone, rc)

@@ -35,6 +35,7 @@ from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core import switching as SW
+from ssbj.core import takeall as TA
 from ssbj.core.arrowtypes import take_rows
 from ssbj.core.cache import HR_F, HR_SINCE
 from ssbj.core.cachephase import answer_hits
@@ -43,6 +44,7 @@ from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hsindex import EMPTY
 from ssbj.core.interest import interest_test
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
+from ssbj.core.resident import remember, views_of_resident
 
 if TYPE_CHECKING:
     from ssbj.core.keys import EncodedKeys
@@ -169,23 +171,92 @@ def end_take_all(
     op: SemiStreamJoin, resident: bool, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
 ) -> None:
     """At the R-cycle start after a take-all R-cycle: switch all of s_B in; complete if R still fits."""
-    peak = op.memory().total + B.switch_transient(op)  # H_S, old H_R, s_B and the rebuild, at once
-    keys = np.unique(np.concatenate([k for _, k, _, _ in op._sb])) if op._sb else np.zeros(0, np.int64)
-    if len(keys):
-        SW.rebuild_hr(op, np.zeros(0, np.int64), keys)
-        SW.switch_in(op, keys, pairs, unmatched)
+    store, op._store = op._store, None
+    if store is not None or op._take_all_void:
+        done = store is not None and not op._take_all_void and resident and allowed(op)
+        done = done and _switch_store(op, store, pairs, unmatched)  # type: ignore[arg-type]
+        del store
+        op._sb_bytes = 0
+    else:
+        peak = op.memory().total + B.switch_transient(op)  # H_S, old H_R, s_B and the rebuild, at once
+        keys = np.unique(np.concatenate([k for _, k, _, _ in op._sb])) if op._sb else np.zeros(0, np.int64)
+        if len(keys):
+            SW.rebuild_hr(op, np.zeros(0, np.int64), keys)
+            SW.switch_in(op, keys, pairs, unmatched)
+        op._switch_peak = peak
+        op._c.bump("take_all_values", len(keys))
+        done = resident and allowed(op)
     op._sb, op._sb_bytes = [], 0
-    op._take_all = False
+    op._take_all = op._take_all_void = False
     op._take_all_reserve = 0
     op._sb_peak = op._sb_peak_before  # s_B of the take-all R-cycle is no switching buffer to reserve again
     op._complete_seen.clear()
-    op._switch_peak = peak
-    op._c.bump("take_all_values", len(keys))
-    if resident and allowed(op):
+    if done:
         _finish_hs(op, unmatched)
         op.cache.empties.drop_mask(np.ones(op.cache.empties.size, dtype=bool))  # a miss needs no entry now
         op._complete = True
         op._c.bump("complete_entered")
+
+
+def _switch_store(
+    op: SemiStreamJoin, store: TA.RowStore, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
+) -> bool:
+    """Switch s_B written in place in (:mod:`ssbj.core.takeall`); False (nothing switched) if it does not fit.
+
+    The peak is counted at the arrays' nbytes: the sort beside everything held (the old H_R's
+    rows twice), then the new index once the old rows are gone.
+    """
+    cache = op.cache
+    n_sb = store.n
+    old_keys = cache.key_array()
+    held = op.memory().total + old_keys.nbytes
+    ok = store.append(cache.table(), None, old_keys, cache.src)
+    del old_keys
+    if not ok:  # (R grew beyond the store, or H_R holds a NULL the store cannot)
+        return _void(op)
+    order = TA.sort_order(store)
+    v, v_sb = TA.count_runs(store.keys, order, store.n, n_sb)
+    keys = np.empty(v_sb, np.int64)
+    TA.sb_values(store.keys, order, store.n, n_sb, keys)
+    held = max(held, op.memory().total)
+    budget = op.spec.memory_budget or 0
+    sort_peak = held + TA.sort_bytes(store.n) + keys.nbytes
+    index_peak = held - cache.row_nbytes() + TA.index_bytes(int(v))
+    if max(sort_peak, index_peak) > budget:
+        return _void(op)
+    TA.permute_into(cache, store, order)
+    del order
+    op._sb_bytes = store.nbytes  # (its keys: the columns and tags are H_R's now)
+    TA.index_from(cache, store, int(v), op._rc)
+    op._sb_bytes = 0
+    SW.switch_in(op, keys, pairs, unmatched)
+    op._switch_peak = max(sort_peak, index_peak)
+    op._c.bump("take_all_values", len(keys))
+    return True
+
+
+def _void(op: SemiStreamJoin) -> bool:
+    """Drop the take-all's s_B: nothing switches in (H_S meets every partition as always)."""
+    op._store = None
+    op._store_failed = True  # (later take-alls hold s_B as tables)
+    op._sb_bytes = 0
+    op._c.bump("take_all_void")
+    return False
+
+
+def store_append(op: SemiStreamJoin, part: pa.Table, rows: np.ndarray, keys: np.ndarray, p: int) -> None:
+    """Write a take-all piece's s_B rows in place; a piece that does not fit voids the R-cycle's s_B.
+
+    (The R-cycle stays a take-all R-cycle: the FSM cannot resume mid R-cycle, see departure 1.)
+    """
+    store = op._store
+    if store is None:
+        return
+    if store.append(part, rows, keys, p):
+        op._sb_seq += 1
+    else:
+        _void(op)
+        op._take_all_void = True
 
 
 def next_mode(op: SemiStreamJoin, resident: bool) -> None:
@@ -204,6 +275,9 @@ def next_mode(op: SemiStreamJoin, resident: bool) -> None:
     if op._take_all_pending or _ring_fits_beside(op, reserve):
         op._take_all_pending = False
         op._take_all = True
+        if B.store_path(op):
+            op._store = TA.RowStore(op._master_layout, B.store_rows(max(int(op._scan_last[0]), op.cache.rows)))
+            op._sb_bytes = op._store.nbytes
         op._c.bump("take_all_cycles")
     else:  # H_S's live tuples hold the room: reserve it for an R-cycle first, while the ring shrinks
         op._take_all_pending = True
@@ -243,6 +317,33 @@ def refresh_fits(op: SemiStreamJoin, rows: int) -> bool:
         return False
     grow = max(0, rows - op.cache.rows) * (B.layout_row_bytes(op) + 4 + op.entry_cost())
     return op.memory().total + grow + B.rebuild_bytes(op, rows) <= budget
+
+
+def refresh_room(op: SemiStreamJoin, p: int, rows_of_p: int) -> bool:
+    """Whether an FSM refresh that gives partition p ``rows_of_p`` cached rows fits the budget.
+
+    Only growth is checked (the rebuild's temporaries are reserved, :func:`ssbj.core.budget.temporaries_reserve`):
+    after the complete cache is left, R may have grown under cached values.
+    """
+    budget = op.spec.memory_budget
+    grow = rows_of_p - int(op.cache.cnt_src[p]) if p < len(op.cache.cnt_src) else rows_of_p
+    if budget is None or grow <= 0:
+        return True
+    rows = op.cache.rows + grow
+    temps = max(B.rebuild_bytes(op, rows) - op._rebuild_peak, 0)  # beyond what is reserved
+    return op.memory().total + grow * (B.layout_row_bytes(op) + 4) + temps <= budget
+
+
+def clear_cache(op: SemiStreamJoin) -> bool:
+    """Empty H_R (its refresh does not fit the budget): exact, as an eviction, at no rebuild's cost.
+
+    A tuple of a value no longer cached enters H_S and meets every partition. Returns True (H_R changed).
+    """
+    cache = op.cache
+    cache.rebuild(cache.index.keys[cache.index.used], None, np.zeros(0, np.int64), np.zeros(0, np.int32), op._rc)
+    op.rebuild_interest()
+    op._c.bump("refresh_cleared")
+    return True
 
 
 def leave(op: SemiStreamJoin) -> None:
@@ -324,7 +425,7 @@ def complete_piece(op: SemiStreamJoin, p: int, part: pa.Table, mk: EncodedKeys, 
     if not acc.refresh:
         return
     if acc.whole and p in op._complete_seen:
-        seen = _views_of_resident(op, p, part)
+        seen = views_of_resident(op, p, part)
         if seen is not None and op._complete_seen[p][0] == seen:
             acc.refresh = False  # the whole partition, unchanged since H_R's rows of it were made equal to it
             return
@@ -356,7 +457,7 @@ def refresh_complete(
     cache = op.cache
     if len(rf_row) == 0 and n_new == 0 and cache.cnt_src[p] == 0:
         return False
-    seen = _views_of_resident(op, p, part)
+    seen = views_of_resident(op, p, part)
     if seen is not None and op._complete_seen.get(p, (None,))[0] == seen:
         return False  # the very buffers H_R's rows of p were last made equal to (immutable)
     changed = n_new > 0
@@ -366,12 +467,14 @@ def refresh_complete(
         if not changed and matched:
             changed = not rows_equal(part, rf_row, cache.columns, old)
     if not changed:
-        _remember(op, p, part, seen)
+        remember(op, p, part, seen)
         return False
     rows_after = cache.rows - int(cache.cnt_src[p]) + part.num_rows
     if not refresh_fits(op, rows_after):
         leave(op)  # R grew beyond the budget: the cached values are refreshed as usual
         op._c.bump("complete_outgrown")
+        if not refresh_room(op, p, len(rf_row)):
+            return clear_cache(op)
         return cache.refresh(p, part, keys, rf_row, rf_slot, 0, op._rc)
     before = cache.index.keys[cache.index.used]
     op._switch_transient = max(op._switch_transient, B.rebuild_bytes(op, rows_after))  # (reported with the step)
@@ -382,40 +485,5 @@ def refresh_complete(
         if op.interest.overfull:
             op.rebuild_interest()
         op._c.bump("complete_values_added", len(added))
-    _remember(op, p, part, seen)
+    remember(op, p, part, seen)
     return True
-
-
-def _buffers(t: pa.Table) -> tuple[tuple[int, int, int, int], ...]:
-    """Identity of a table's data: (address, size, offset, length) of every buffer of every chunk."""
-    out: list[tuple[int, int, int, int]] = []
-    for col in t.columns:
-        for ch in col.chunks:
-            out.extend((b.address, b.size, ch.offset, len(ch)) for b in ch.buffers() if b is not None)
-    return tuple(out)
-
-
-def _views_of_resident(op: SemiStreamJoin, p: int, part: pa.Table) -> tuple[tuple[int, int, int, int], ...] | None:
-    """Return the buffers of partition p as read, if they are the master's resident partition (else None).
-
-    Arrow buffers are immutable, so a read of p that returns the very buffers of the last read
-    brings the same rows. Only views of data the master holds anyway are remembered (holding
-    them costs nothing); a partition read into new buffers is compared row by row.
-    """
-    get = getattr(op.master, "resident_partition", None)
-    if get is None:
-        return None
-    ids = _buffers(part)
-    return ids if ids == _buffers(get(p).select(op._mcols)) else None
-
-
-def _remember(op: SemiStreamJoin, p: int, part: pa.Table, seen: tuple[tuple[int, int, int, int], ...] | None) -> None:
-    """H_R's rows of p now equal ``part``'s: remember its buffers (and hold them, so no address is reused).
-
-    (The master's own buffers: holding them costs the operator nothing.)
-    """
-    if seen is None:
-        op._complete_seen.pop(p, None)
-    else:
-        held = [b for col in part.columns for ch in col.chunks for b in ch.buffers() if b is not None]
-        op._complete_seen[p] = (seen, held)

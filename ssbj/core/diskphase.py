@@ -26,7 +26,7 @@ from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import plain_table, take_rows
-from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, take_all_rows
+from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, store_append, take_all_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, kset_slot, mix
 from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH
@@ -384,6 +384,11 @@ def disk_phase(
         ix = cache.index
         sb = take_all_rows(mk.values, mk.valid, ix.keys, ix.used, cache.empties.blob, op.interest.bits)
         op._note_transient(sb.nbytes)
+        if op._store is not None or op._take_all_void:  # written in place (ssbj.core.takeall)
+            sb_keys = mk.values[sb]
+            op._note_transient(sb_keys.nbytes)
+            store_append(op, part, sb, sb_keys, p)
+            sb = sb[:0]
     if len(sb):
         op._sb_seq += 1
         t = take_rows(part, sb)

@@ -178,8 +178,12 @@ class SemiStreamJoin:
         self._complete = False
         self._take_all_reserve = 0  # bytes the budget keeps for the take-all's s_B and switch-in
         self._sb_peak_before = 0  # the s_B reserve before the take-all R-cycle
+        self._store: Any = None  # the take-all's s_B written in place (ssbj.core.takeall.RowStore)
+        self._store_failed = False  # a store did not fit (R grew, a NULL): take-alls hold s_B as tables
+        self._take_all_void = False  # this take-all R-cycle's s_B was dropped: nothing switches in
         self._switch_peak = 0  # bytes held at once while s_B of a take-all switched in (this step)
         self._switch_transient = 0  # a rebuild's temporaries the step's memory report adds (ssbj.core.budget)
+        self._rebuild_peak = 0  # the most an H_R rebuild's temporaries held (reserved: ssbj.core.budget)
         # partition -> the resident partition's buffers H_R's rows of it were last made equal to
         self._complete_seen: dict[int, tuple[Any, list[pa.Buffer]]] = {}
         self._read_memo = ReadMemo()  # partition -> buffers of its last resident read (ssbj.core.resident)
@@ -295,6 +299,10 @@ class SemiStreamJoin:
         self._c.output_rows += enriched.num_rows
         self._c.steps += 1
         self._step += 1
+        if self.cache.last_transient:  # an H_R rebuild's temporaries (switch-in, eviction, refresh)
+            self._switch_transient = max(self._switch_transient, self.cache.last_transient)
+            self._rebuild_peak = max(self._rebuild_peak, self.cache.last_transient)
+            self.cache.last_transient = 0
         if self._switch_peak:  # the step reports at least what the switch-in held at once
             self._switch_transient += max(0, self._switch_peak - self.memory().total)
         t4 = time.perf_counter()

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core import budget as B
+from ssbj.core import takeall as TA
 from ssbj.core.cache import _row_keys
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.hsindex import EMPTY, ix_rebuild
@@ -70,6 +71,14 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             store.write_table(name, t2.append_column(_SRC, pa.array(p, pa.int32())))
         files.append(name)
         sb.append(name)
+    store_meta = None
+    if op._store is not None:  # the take-all's s_B written in place: its rows so far
+        st = op._store
+        store_meta = {"name": f"sbstore-{op._sb_seq}.arrow", "cap": st.cap}
+        if not store.exists(store_meta["name"]):
+            t = st.table().append_column(_KEY, pa.array(st.keys[: st.n], pa.int64()))
+            store.write_table(store_meta["name"], t.append_column(_SRC, pa.array(st.src[: st.n], pa.int32())))
+        files.append(store_meta["name"])
     buf_name = f"buf-{checkpoint_id}.arrow"
     rest = [b.table.slice(b.pos) for b in op._buffer]
     store.write_table(buf_name, pa.concat_tables(rest) if rest else op.stream_schema.empty_table())
@@ -137,6 +146,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "sb_bytes": op._sb_bytes,
         "sb_peak": op._sb_peak,
         "transient_peak": op._transient_peak,
+        "rebuild_peak": op._rebuild_peak,
         "buffer_bytes": op._buffer_bytes,
         "vs_avg": op._vs_avg,
         "vr_avg": op._vr_avg,
@@ -155,6 +165,9 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "complete": op._complete,
             "reserve": op._take_all_reserve,
             "sb_peak_before": op._sb_peak_before,
+            "store": store_meta,
+            "store_failed": op._store_failed,
+            "void": op._take_all_void,
         },
         "files": files,
         "meta": meta or {},
@@ -181,6 +194,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._transient_per_tuple = float(m.get("transient_per_tuple", 0.0))
     op._sb_bytes, op._sb_peak, op._sb_seq = m["sb_bytes"], m["sb_peak"], m["sb_seq"]
     op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
+    op._rebuild_peak = int(m.get("rebuild_peak", 0))
     op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
     op._plan = B.Plan(**m["plan"])
     op._c = Counters(**m["counters"])
@@ -188,6 +202,12 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._take_all, op._complete = bool(cc.get("take_all", False)), bool(cc.get("complete", False))
     op._take_all_pending = bool(cc.get("pending", False))
     op._take_all_reserve, op._sb_peak_before = int(cc.get("reserve", 0)), int(cc.get("sb_peak_before", 0))
+    op._store_failed, op._take_all_void = bool(cc.get("store_failed", False)), bool(cc.get("void", False))
+    if cc.get("store"):
+        t = store.read_table(cc["store"]["name"])
+        op._store = TA.RowStore(op._master_layout, int(cc["store"]["cap"]))
+        keys = t.column(_KEY).to_numpy().astype(np.int64)
+        op._store.append(t.drop_columns([_KEY, _SRC]), None, keys, t.column(_SRC).to_numpy())
     arrays = store.read_arrays(m["state"])
     _load_hs(op, store, m, arrays)
     hr = store.read_table(m["hr"])

@@ -1,15 +1,24 @@
-"""Whether a read of a resident master's partition brings the very buffers of its last read.
+"""A resident master's partitions known unchanged by their buffers.
 
 Arrow buffers are immutable: a partition read as the same buffers (address, size, offset,
-length of every buffer of every chunk) as the last read of it holds the same rows. H_R's
-rows of partition p and its empty entries are consistent with the last read of p (the
-refresh makes them so at every read, ``docs/architecture.md``, "Freshness"), so a read of p
-that brings the same buffers again has nothing to refresh.
+length of every buffer of every chunk) as an earlier read holds the same rows. Two uses:
+
+* the FSM's refresh (:mod:`ssbj.core.diskphase`): H_R's rows of partition p and its empty
+  entries are consistent with the last read of p (the refresh makes them so at every
+  read), so a read of p that brings the same buffers again has nothing to refresh
+  (:class:`ReadMemo`);
+* the complete cache (:mod:`ssbj.core.complete`): a partition read again into the very
+  buffers H_R's rows of it were last made equal to (:func:`views_of_resident`, :func:`remember`).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from ssbj.core.operator import SemiStreamJoin
 
 BufferIds = tuple[tuple[int, int, int, int], ...]
 
@@ -21,6 +30,10 @@ def buffer_ids(t: pa.Table) -> BufferIds:
         for ch in col.chunks:
             out.extend((b.address, b.size, ch.offset, len(ch)) for b in ch.buffers() if b is not None)
     return tuple(out)
+
+
+def _held(t: pa.Table) -> list[pa.Buffer]:
+    return [b for col in t.columns for ch in col.chunks for b in ch.buffers() if b is not None]
 
 
 class ReadMemo:
@@ -40,5 +53,25 @@ class ReadMemo:
 
     def remember(self, p: int, t: pa.Table, ids: BufferIds) -> None:
         """``t`` (with buffers ``ids``) is now the last read of ``p``."""
-        held = [b for col in t.columns for ch in col.chunks for b in ch.buffers() if b is not None]
-        self._seen[p] = (ids, held)
+        self._seen[p] = (ids, _held(t))
+
+
+def views_of_resident(op: SemiStreamJoin, p: int, part: pa.Table) -> BufferIds | None:
+    """Return the buffers of partition p as read, if they are the master's resident partition (else None).
+
+    Only views of data the master holds anyway are remembered (holding them costs nothing);
+    a partition read into new buffers is compared row by row.
+    """
+    get = getattr(op.master, "resident_partition", None)
+    if get is None:
+        return None
+    ids = buffer_ids(part)
+    return ids if ids == buffer_ids(get(p).select(op._mcols)) else None
+
+
+def remember(op: SemiStreamJoin, p: int, part: pa.Table, seen: BufferIds | None) -> None:
+    """H_R's rows of p now equal ``part``'s (complete cache): remember its buffers, held."""
+    if seen is None:
+        op._complete_seen.pop(p, None)
+    else:
+        op._complete_seen[p] = (seen, _held(part))

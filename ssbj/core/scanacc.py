@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from ssbj.core.complete import refresh_complete
+from ssbj.core.complete import clear_cache, refresh_complete, refresh_room
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -94,6 +94,8 @@ class RefreshRows:
         self.raw, self.cut = None, []
         if op._complete:
             changed = refresh_complete(op, p, part, keys, rf_row, rf_slot, int(self.n_new))
+        elif not refresh_room(op, p, len(rf_row) + int(self.n_empty)):
+            changed = clear_cache(op)
         else:
             changed = op.cache.refresh(p, part, keys, rf_row, rf_slot, int(self.n_empty), op._rc)
         if changed:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,10 +60,17 @@ class RangeMaster:
     """
 
     def __init__(
-        self, rows: dict[int, tuple[int | None, str]], b: int, k: int, pieces: bool = False, resident: bool = False
+        self,
+        rows: dict[int, tuple[int | None, str]],
+        b: int,
+        k: int,
+        pieces: bool = False,
+        resident: bool = False,
+        fixed: bool = False,
     ) -> None:
         self.rows = rows
         self._b, self._k = b, k
+        self._fixed = fixed  # "v" as a fixed-width column (its text's CRC): s_B is written in place
         self._held: dict[int, tuple[Any, pa.Table]] = {}
         if pieces:
             self.read_partition_chunks = self._chunks
@@ -85,7 +93,9 @@ class RangeMaster:
             {
                 "pk": pa.array(pks, pa.int64()),
                 "key": pa.array([self.rows[p][0] for p in pks], pa.int64()),
-                "v": pa.array([self.rows[p][1] for p in pks], pa.string()),
+                "v": pa.array([zlib.crc32(self.rows[p][1].encode()) for p in pks], pa.int64())
+                if self._fixed
+                else pa.array([self.rows[p][1] for p in pks], pa.string()),
             }
         )
 
@@ -106,7 +116,7 @@ class RangeMaster:
             yield t.slice(i, rows)
 
     def repartition(self, partition_rows: int) -> RangeMaster:
-        return RangeMaster(self.rows, partition_rows, self._k)
+        return RangeMaster(self.rows, partition_rows, self._k, fixed=self._fixed)
 
 
 def _master(rng: random.Random, n: int = 120, domain: int = 40, spacing: int = 1) -> dict[int, tuple[int | None, str]]:
@@ -269,18 +279,23 @@ def _until(op: SemiStreamJoin, rng: random.Random, done: Any, next_id: int) -> i
     raise AssertionError("state never reached")
 
 
+@pytest.mark.parametrize("fixed", [False, True])
 @pytest.mark.parametrize("when", ["take-all", "complete"])
-def test_restore_mid_take_all_or_while_complete_continues_exactly(when: str, tmp_path: Any) -> None:
-    """A restore in the middle of the take-all R-cycle (s_B half full) or while complete."""
+def test_restore_mid_take_all_or_while_complete_continues_exactly(when: str, fixed: bool, tmp_path: Any) -> None:
+    """A restore in the middle of the take-all R-cycle (s_B half full) or while complete.
+
+    ``fixed``: a fixed-width layout, s_B written in place (``ssbj.core.takeall``).
+    """
     rng = random.Random(11)
-    master = RangeMaster(_master(rng), b=20, k=6)
+    master = RangeMaster(_master(rng), b=20, k=6, fixed=fixed)
     mt = master.table()
     spec = _spec()
     schema = _stream(rng, 0, 1).schema
 
     def at_state(op: SemiStreamJoin) -> bool:
         if when == "take-all":
-            return op._take_all and len(op._sb) > 0 and op._p == 3
+            held = (op._store.n if op._store is not None else 0) if fixed else len(op._sb)
+            return op._take_all and held > 0 and op._p == 3
         return op.complete and op._p == 2
 
     op = SemiStreamJoin(spec, master, schema, mt.schema)
@@ -289,6 +304,7 @@ def test_restore_mid_take_all_or_while_complete_continues_exactly(when: str, tmp
     op.checkpoint(DirectoryStore(tmp_path), 1)
     restored = SemiStreamJoin.restore(DirectoryStore(tmp_path), spec, master, schema, mt.schema)
     assert restored._take_all == op._take_all and restored.complete == op.complete
+    assert (restored._store is not None) == (fixed and when == "take-all")
     for b in tail:
         for o in (op, restored):
             o.push(b)
@@ -453,7 +469,7 @@ def _zipf(n_master: int, n_stream: int, seed: int = 3) -> tuple[pa.Table, pa.Tab
     return pa.table({"sid": np.arange(n_stream, dtype=np.int64), "sk": keys}), master
 
 
-@pytest.mark.parametrize("budget", [450_000, 1_500_000, 4_000_000])
+@pytest.mark.parametrize("budget", [400_000, 450_000, 1_500_000, 4_000_000])
 def test_budget_peak_with_the_take_all_and_its_switch_in(budget: int) -> None:
     """The take-all R-cycle's s_B and the switch-in (old H_R, s_B and the rebuild at once) stay within 1.05x.
 
@@ -481,8 +497,206 @@ def test_budget_peak_with_the_take_all_and_its_switch_in(budget: int) -> None:
             assert r.metrics.memory.total >= op._switch_peak  # the step reports the switch-in's peak
     assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
     assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
-    if budget == 450_000:  # R's rows fit (holds_all_of_r), but not the switch-in: the FSM as before
+    if budget == 400_000:  # R's rows fit (holds_all_of_r), but not the switch-in: the FSM as before
         assert holds_all_of_r(op) and not CC.take_all_fits(op)
         assert not op.complete and op._c.extra.get("take_all_cycles", 0) == 0
     else:
         assert op.complete and reserved and switch > 0
+        assert op._c.extra.get("take_all_void", 0) == 0
+
+
+# ---------------------------------------------------------------- s_B written in place (ssbj.core.takeall)
+def _fits_both(op: SemiStreamJoin) -> tuple[bool, bool]:
+    """Whether a take-all fits now with s_B written in place, and with s_B as tables and the rebuild."""
+    failed = op._store_failed
+    op._store_failed = False
+    in_place = CC.take_all_fits(op)
+    op._store_failed = True
+    tables = CC.take_all_fits(op)
+    op._store_failed = failed
+    return in_place, tables
+
+
+def _wide(n_master: int, n_stream: int, width: int, domain: int, seed: int) -> tuple[pa.Table, pa.Table]:
+    """R with a fixed-width payload (the hash-join benchmark's layout) and duplicate keys; a Zipf stream."""
+    rng = np.random.default_rng(seed)
+    payload = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), n_master, [None, pa.py_buffer(rng.integers(0, 256, n_master * width, dtype=np.uint8))]
+    )
+    master = pa.table(
+        {"mid": np.arange(n_master, dtype=np.int64), "mk": rng.integers(0, domain, n_master), "pay": payload}
+    )
+    p = 1.0 / np.arange(1, int(1.3 * domain) + 1)
+    p /= p.sum()
+    keys = rng.permutation(len(p))[rng.choice(len(p), n_stream, p=p)]
+    return pa.table({"sid": np.arange(n_stream, dtype=np.int64), "sk": keys}), master
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_master=st.integers(300, 3_000),
+    width=st.sampled_from([8, 40, 96]),
+    dup=st.sampled_from([1.0, 0.6, 0.3]),
+    k=st.integers(2, 7),
+    factor=st.floats(1.4, 3.0),
+    seed=st.integers(0, 1_000),
+)
+def test_in_place_switch_in_exact_and_within_the_budget(
+    n_master: int, width: int, dup: float, k: int, factor: float, seed: int
+) -> None:
+    """Budgets from 1.4x to 3x R's projected bytes: exact, the accounting equals the live arrays, peak <= 1.05x.
+
+    When the complete cache is entered, H_R holds every row of R (with a key) exactly once.
+    """
+    stream, master = _wide(n_master, 40 * n_master, width, max(2, int(dup * n_master)), seed)
+    b = -(-n_master // k)
+    budget = int(factor * master.select(["mk", "mid", "pay"]).nbytes) + 6 * b * (width + 16)
+    spec = JoinSpec("sk", "mk", ("mid", "pay"), memory_budget=budget, chunk_bytes=max(2_000, budget // 40))
+    op = SemiStreamJoin(spec, ArrowMaster(master, b), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    um: Counter[Any] = Counter()
+    peak = 0.0
+    for r in op.run(stream.to_batches(max_chunksize=max(200, n_master // 2))):
+        out += as_multiset(r.enriched)
+        um += as_multiset(r.unmatched)
+        mem = r.metrics.memory
+        if r.metrics.step > 0:
+            peak = max(peak, mem.total / budget)
+        held = mem.h_s + mem.h_r + mem.queue + mem.switching_buffer + mem.key_table + mem.prefetch + mem.r_filter
+        assert live_bytes(op) == pytest.approx(held, rel=0.01, abs=256), (r.metrics.step, mem.to_dict())
+        if op._switch_peak:
+            assert mem.total >= op._switch_peak
+    event(f"complete: {op.complete}, void: {op._c.extra.get('take_all_void', 0)}")
+    assert out == batch_join(stream, master, "sk", "mk", ["mid", "pay"])
+    assert um == unmatched_reference(stream, master, "sk", "mk")
+    assert peak <= 1.05, f"peak {peak:.3f}x the budget"
+    if op.complete:
+        cached = Counter(zip(*(c.to_pylist() for c in op.cache.table().columns), strict=True))
+        want = Counter(zip(*(master.column(c).to_pylist() for c in ("mk", "mid", "pay")), strict=True))
+        assert cached == want
+
+
+def test_in_place_switch_in_fits_where_the_rebuild_does_not() -> None:
+    """At 2.2x R's projected bytes (96-byte payloads) only the in-place switch-in fits, and it completes."""
+    stream, master = _wide(4_000, 200_000, 96, 2_500, 1)
+    b = 1_000
+    budget = int(2.2 * master.select(["mk", "mid", "pay"]).nbytes)
+    spec = JoinSpec("sk", "mk", ("mid", "pay"), memory_budget=budget, chunk_bytes=budget // 40)
+    op = SemiStreamJoin(spec, ArrowMaster(master, b), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    only_in_place = False
+    peak = 0.0
+    for r in op.run(stream.to_batches(max_chunksize=2_000)):
+        out += as_multiset(r.enriched)
+        if r.metrics.step > 0:
+            peak = max(peak, r.metrics.memory.total / budget)
+        if holds_all_of_r(op) and not op._take_all and not op.complete:
+            in_place, tables = _fits_both(op)
+            only_in_place |= in_place and not tables
+    assert only_in_place and op.complete and op._c.extra.get("take_all_void", 0) == 0
+    assert out == batch_join(stream, master, "sk", "mk", ["mid", "pay"])
+    assert peak <= 1.05, f"peak {peak:.3f}x the budget"
+
+
+def test_in_place_s_b_voided_when_r_outgrows_the_store() -> None:
+    """R grows mid take-all beyond the store: s_B is dropped, nothing switches in, the output stays exact."""
+    rng = random.Random(13)
+    master = RangeMaster(_master(rng), b=20, k=6, fixed=True)
+    schema = _stream(rng, 0, 1).schema
+    mschema = master.table().schema
+    op = SemiStreamJoin(_spec(), master, schema, mschema)
+    next_id = 0
+    outputs: list[tuple[int, pa.Table, pa.Table]] = []
+    pushed_at: dict[int, int] = {}
+    batches: list[pa.Table] = []
+    grown_at = None
+    for step in range(20 * 6):
+        if grown_at is None and op._take_all and op._store is not None and op._p == 2:
+            for pk in range(120, 400):  # into the last (open) partition: more than the store's slack
+                master.rows[pk] = (rng.randrange(0, 52), f"g-{pk}")
+            grown_at = step
+        batch = _stream(rng, next_id, 60)
+        batches.append(batch)
+        for i in range(next_id, next_id + 60):
+            pushed_at[i] = step
+        next_id += 60
+        op.push(batch)
+        res = op.step()
+        outputs.append((step, res.enriched, res.unmatched))
+    assert grown_at is not None and op._c.extra.get("take_all_void", 0) == 1
+    for r in op.drain():
+        outputs.append((-1, r.enriched, r.unmatched))
+    # tuples that arrived before the change met the old R; those after it (an R-cycle on), the new one
+    early_ids = {i for i, s in pushed_at.items() if s < grown_at - 6}
+    late_ids = {i for i, s in pushed_at.items() if s >= grown_at + 6}
+    mt = master.table()
+    old = mt.filter(pc.less(mt.column("pk"), 120))
+    for ids_, r in ((early_ids, old), (late_ids, mt)):
+        out, um = _late_output(outputs, ids_)
+        ids = pa.array(sorted(ids_), pa.int64())
+        part = pa.concat_tables([t.filter(pc.is_in(t.column("id"), ids)) for t in batches])
+        assert out == batch_join(part, r, "k", "key", ["pk", "v"])
+        assert um == unmatched_reference(part, r, "k", "key")
+    _check_totals(op)
+
+
+def test_h_r_grown_under_cached_values_after_leaving_stays_within_the_budget() -> None:
+    """R grows under cached values while complete: the mode is left, and the refresh may not grow H_R past the budget.
+
+    The step's memory includes every H_R rebuild's temporaries (at their nbytes); H_R is
+    emptied when its refresh does not fit (exact: an eviction). The probe's own temporaries
+    (pairs of ~150 rows a tuple after the growth) are left out: they are not H_R's.
+    """
+    rng = random.Random(5)
+    master = RangeMaster(_master(rng, n=120, spacing=50), b=1000, k=6)
+    schema = _stream(rng, 0, 1).schema
+    budget = 160_000
+    op = SemiStreamJoin(_spec(budget), master, schema, master.table().schema)
+    next_id = 0
+    outputs: list[tuple[int, pa.Table, pa.Table]] = []
+    pushed_at: dict[int, int] = {}
+    batches: list[pa.Table] = []
+    grown_at = None
+    peaks: list[float] = []
+    for step in range(30 * 6):
+        if op.complete and grown_at is None:
+            for pk in range(6_000):  # rows of the cached values (0-39), in every partition
+                if pk not in master.rows:
+                    master.rows[pk] = (rng.randrange(0, 40), f"g-{pk}")
+            grown_at = step
+        batch = _stream(rng, next_id, 60)
+        batches.append(batch)
+        for i in range(next_id, next_id + 60):
+            pushed_at[i] = step
+        next_id += 60
+        op.push(batch)
+        res = op.step()
+        outputs.append((step, res.enriched, res.unmatched))
+        mem = res.metrics.memory
+        if res.metrics.step > 0:  # (the probe's temporaries of a 50-fold many-to-many burst are not H_R's)
+            peaks.append((mem.total - op._transient) / budget)
+    assert grown_at is not None and op._c.extra.get("complete_left", 0) >= 1
+    assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
+    for r in op.drain():
+        outputs.append((-1, r.enriched, r.unmatched))
+    late_ids = {i for i, s in pushed_at.items() if s >= grown_at + 6}
+    out, um = _late_output(outputs, late_ids)
+    ids = pa.array(sorted(late_ids), pa.int64())
+    late = pa.concat_tables([t.filter(pc.is_in(t.column("id"), ids)) for t in batches])
+    mt = master.table()
+    assert out == batch_join(late, mt, "k", "key", ["pk", "v"])
+    assert um == unmatched_reference(late, mt, "k", "key")
+    _check_totals(op)
+
+
+def test_fsm_rebuild_temporaries_are_reported_and_reserved() -> None:
+    """An ordinary (FSM) switch-in's rebuild: its temporaries are in the step's memory and reserved after."""
+    stream, master = _zipf(5_000, 60_000)
+    spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=120_000, chunk_bytes=20_000, complete_cache=False)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 1_000), stream.schema, master.schema)
+    seen = 0
+    for r in op.run(stream.to_batches(max_chunksize=4_000)):
+        if op._c.switched_in and not seen:
+            seen = op._rebuild_peak
+            assert seen > 0 and r.metrics.memory.transient >= op._transient + seen
+    assert seen and B.temporaries_reserve(op) >= op._rebuild_peak
