@@ -94,10 +94,29 @@ def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
 def temporaries_reserve(op: SemiStreamJoin) -> int:
     """Return the bytes kept for the step's temporaries (probe results).
 
-    They grow with the tuples in H_S: the most seen per waiting tuple, for a full ring, or
-    the peak seen, if more.
+    The disk phase's grow with the tuples in H_S: the most seen per waiting tuple, for a
+    full ring. The cache phase's are per step, bounded by :func:`cache_call_tuples`: the
+    most seen in a step. Or the peak seen, if more.
     """
-    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap))
+    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap) + op._cache_transient_peak)
+
+
+CACHE_CALL_SHARE = 0.01  # most of the budget one cache-phase call's index arrays may take
+CACHE_CALL_BYTES = 12  # their bytes per tuple read: a pair (two int32) and an index word (ssbj.core.cachephase)
+MIN_CACHE_CALL = 1024  # tuples a cache-phase call may read however small the budget (12 kB)
+
+
+def cache_call_tuples(op: SemiStreamJoin) -> int:
+    """Most stream tuples one cache-phase call reads (its arrays: 12 B a tuple; no bound without a budget).
+
+    A step reads until its H_S chunk is full, which with nearly every tuple served by H_R
+    is up to ``max_step_tuples``: the calls are bounded instead, one call's arrays alive
+    at a time.
+    """
+    budget = op.spec.memory_budget
+    if budget is None:
+        return 1 << 62
+    return max(MIN_CACHE_CALL, int(CACHE_CALL_SHARE * budget / CACHE_CALL_BYTES))
 
 
 def prefetch_reserve(op: SemiStreamJoin) -> int:
