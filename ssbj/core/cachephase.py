@@ -56,12 +56,12 @@ def cache_probe(
     """Cache phase over ``keys[start:]``: H_R hits with their pairs, empty hits, NULLs and misses.
 
     Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
-    or ``max_misses`` tuples (``stop`` 1), before a hit whose pairs the pair arrays do not
-    hold (``stop`` 2: the caller calls again) or at ``max_tuples`` (``stop`` 0). Returns
+    or ``max_misses`` tuples (``stop`` 1), before a tuple whose pairs or word the arrays
+    do not hold (``stop`` 2: the caller calls again) or at ``max_tuples`` (``stop`` 0). Returns
     (consumed, pair tuple, pair H_R row, pairs, tuples with pairs, idx, misses, tuples
     without pairs, of them NULL, miss bytes used, tuples the R-filter answered, stop); the
-    arrays whole, so the caller counts the bytes they hold (12 per tuple of ``max_tuples``;
-    more only for one value with more rows). The pairs are in tuple order; ``idx`` holds
+    arrays whole, so the caller counts the bytes they hold (at most 12 per tuple of
+    ``max_tuples``; more only for one value with more rows). The pairs are in tuple order; ``idx`` holds
     the misses from its front and, from its back in reverse tuple order, the NULLs and the
     tuples known to have no master rows: from an empty entry, from the R-filter (``rf_mode``
     > 0, see :mod:`ssbj.core.rfilter`) or from an H_R entry without rows. Every value of
@@ -72,10 +72,14 @@ def cache_probe(
     limit = min(n, start + max_tuples)
     m = limit - start
     # int32: a batch's rows and H_R's rows stay below 2**31. A tuple takes a pair (a
-    # one-row value) or a word of idx, so the arrays are bounded by the tuples read
-    ps = np.empty(m, dtype=np.int32)
-    pr = np.empty(m, dtype=np.int32)
-    idx = np.empty(m, dtype=np.int32)
+    # one-row value) or a word of idx, so the arrays are bounded by the tuples read;
+    # without the cache every tuple is a miss or a NULL: no pairs, idx for the chunk's
+    # room (a call stops when idx is full, ``stop`` 2)
+    mp = m if use_cache else 0
+    mi = m if use_cache else min(m, max(max_misses, 0) + 64)
+    ps = np.empty(mp, dtype=np.int32)
+    pr = np.empty(mp, dtype=np.int32)
+    idx = np.empty(mi, dtype=np.int32)
     k = 0
     n_hit = 0
     nm = 0
@@ -85,9 +89,12 @@ def cache_probe(
     stop = 0
     i = start
     while i < limit:
+        if nm + nb == mi:
+            stop = 2
+            break
         if not valid[i]:
             nb += 1
-            idx[m - nb] = i
+            idx[mi - nb] = i
             nn += 1
             i += 1
             continue
@@ -108,7 +115,7 @@ def cache_probe(
                     hpay[j, HR_F] += 1
                 if ln == 0:
                     nb += 1
-                    idx[m - nb] = i
+                    idx[mi - nb] = i
                 else:
                     for r in range(st, st + ln):
                         ps[k] = i
@@ -119,14 +126,14 @@ def cache_probe(
                 continue
             if rf_mode > 0 and not rf_test(rf_bits, rf_mode, rf_base, rf_nbits, rf_oor, key):
                 nb += 1
-                idx[m - nb] = i
+                idx[mi - nb] = i
                 nf += 1
                 i += 1
                 continue
             j = es_find(eblob, key) if maybe else -1
             if j >= 0:
                 nb += 1
-                idx[m - nb] = i
+                idx[mi - nb] = i
                 es_hit(ecount, j)
                 i += 1
                 continue
