@@ -51,7 +51,7 @@ from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.hs import StreamTable
-from ssbj.core.interest import Interest
+from ssbj.core.interest import EMPTY_GROWTH, Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport, StepMetrics
@@ -391,7 +391,7 @@ class SemiStreamJoin:
             st.keys[st.used],
             cache.index.keys[cache.index.used],
             cache.empties.keys,
-            expect=int(self.stats.meta[1]) + cache.values + 2 * cache.empty_values + 64,
+            expect=int(self.stats.meta[1] + cache.values + EMPTY_GROWTH * cache.empty_values) + 64,
         )
 
     # ------------------------------------------------------------------ cache phase
