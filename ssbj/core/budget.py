@@ -58,8 +58,11 @@ class Plan:
     per_tuple: float = 0.0  # bytes one waiting tuple costs in H_S
 
 
-VALUES_MARGIN = 1.05  # the value index is planned for this many times the values measured per tuple
-VALUES_SLACK = 0.01  # plus this share of the slots
+# the value index is planned for this many times the values measured per tuple, plus a share
+# of the slots: 1.0 + 0.5% gave SSBJ 0.5% of the budget but bound MESHJOIN's chunks (ring not
+# in use 2.4 -> 3.5% at 1% of R, 2.5 -> 5.3% at 10%: bench/results/bound/mem-2026-11-27.md)
+VALUES_MARGIN = 1.05
+VALUES_SLACK = 0.01
 MIN_MEASURED = 256  # live tuples before the measured values per tuple replace the worst case (1)
 
 
@@ -96,11 +99,35 @@ def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
 def temporaries_reserve(op: SemiStreamJoin) -> int:
     """Return the bytes kept for the step's temporaries (probe results).
 
-    They grow with the tuples in H_S: the most seen per waiting tuple, for a full ring, or
-    the peak seen, if more; and beside them the most an H_R rebuild's temporaries held
-    (:meth:`ssbj.core.cache.Cache.rebuild`: a switch-in, an eviction, a refresh).
+    The disk phase's grow with the tuples in H_S: the most seen per waiting tuple, for a
+    full ring. The cache phase's are per step, bounded by :func:`cache_call_tuples`: with
+    a cache that bound (the first R-cycle with hits reads whole batches of them), the
+    most seen in a step if more. Or the peak seen, if more. Beside them, the most an H_R
+    rebuild's temporaries held (:meth:`ssbj.core.cache.Cache.rebuild`: a switch-in, an
+    eviction, a refresh).
     """
-    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap)) + op._rebuild_peak
+    cache = op._cache_transient_peak
+    if op._use_cache:
+        cache = max(cache, cache_call_tuples(op) * CACHE_CALL_BYTES)
+    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap) + cache) + op._rebuild_peak
+
+
+CACHE_CALL_SHARE = 0.01  # most of the budget one cache-phase call's index arrays may take
+CACHE_CALL_BYTES = 12  # their bytes per tuple read: a pair (two int32) and an index word (ssbj.core.cachephase)
+MIN_CACHE_CALL = 1024  # tuples a cache-phase call may read however small the budget (12 kB)
+
+
+def cache_call_tuples(op: SemiStreamJoin) -> int:
+    """Most stream tuples one cache-phase call reads (its arrays: 12 B a tuple; no bound without a budget).
+
+    A step reads until its H_S chunk is full, which with nearly every tuple served by H_R
+    is up to ``max_step_tuples``: the calls are bounded instead, one call's arrays alive
+    at a time.
+    """
+    budget = op.spec.memory_budget
+    if budget is None:
+        return 1 << 62
+    return max(MIN_CACHE_CALL, int(CACHE_CALL_SHARE * budget / CACHE_CALL_BYTES))
 
 
 def prefetch_reserve(op: SemiStreamJoin) -> int:

@@ -52,36 +52,49 @@ def cache_probe(
     rf_base: int,
     rf_nbits: int,
     rf_oor: bool,
-) -> tuple[int, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, int, int]:  # pragma: no cover
+) -> tuple[int, np.ndarray, np.ndarray, int, int, np.ndarray, int, int, int, int, int, int]:  # pragma: no cover
     """Cache phase over ``keys[start:]``: H_R hits with their pairs, empty hits, NULLs and misses.
 
     Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
-    or ``max_misses`` tuples. Returns (consumed, pair tuple, pair H_R row, tuples with
-    pairs, miss_idx, null_idx, empty_idx, miss bytes used, tuples the R-filter answered).
-    The pairs are in tuple order. ``empty_idx`` holds the tuples known to have no
-    master rows: from an empty entry, from the R-filter (``rf_mode`` > 0, see
-    :mod:`ssbj.core.rfilter`) or from an H_R entry without rows. Every value of H_R and
-    of the empty entries has its bits in ``ibits`` (:mod:`ssbj.core.interest`), so a
-    tuple whose bits are clear skips both lookups; the R-filter is asked in any case.
+    or ``max_misses`` tuples (``stop`` 1), before a tuple whose pairs or word the arrays
+    do not hold (``stop`` 2: the caller calls again) or at ``max_tuples`` (``stop`` 0). Returns
+    (consumed, pair tuple, pair H_R row, pairs, tuples with pairs, idx, misses, tuples
+    without pairs, of them NULL, miss bytes used, tuples the R-filter answered, stop); the
+    arrays whole, so the caller counts the bytes they hold (at most 12 per tuple of
+    ``max_tuples``; more only for one value with more rows). The pairs are in tuple order; ``idx`` holds
+    the misses from its front and, from its back in reverse tuple order, the NULLs and the
+    tuples known to have no master rows: from an empty entry, from the R-filter (``rf_mode``
+    > 0, see :mod:`ssbj.core.rfilter`) or from an H_R entry without rows. Every value of
+    H_R and of the empty entries has its bits in ``ibits`` (:mod:`ssbj.core.interest`), so
+    a tuple whose bits are clear skips both lookups; the R-filter is asked in any case.
     """
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
     m = limit - start
-    ps = np.empty(m, dtype=np.int32)  # (a batch's rows and H_R's rows stay below 2**31)
-    pr = np.empty(m, dtype=np.int32)
-    miss = np.empty(m, dtype=np.int64)
-    nul = np.empty(m, dtype=np.int64)
-    emp = np.empty(m, dtype=np.int64)
+    # int32: a batch's rows and H_R's rows stay below 2**31. A tuple takes a pair (a
+    # one-row value) or a word of idx, so the arrays are bounded by the tuples read;
+    # without the cache every tuple is a miss or a NULL: no pairs, idx for the chunk's
+    # room (a call stops when idx is full, ``stop`` 2)
+    mp = m if use_cache else 0
+    mi = m if use_cache else min(m, max(max_misses, 0) + 64)
+    ps = np.empty(mp, dtype=np.int32)
+    pr = np.empty(mp, dtype=np.int32)
+    idx = np.empty(mi, dtype=np.int32)
     k = 0
     n_hit = 0
     nm = 0
+    nb = 0  # tuples without pairs (at idx's back)
     nn = 0
-    ne = 0
     nf = 0
+    stop = 0
     i = start
     while i < limit:
+        if nm + nb == mi:
+            stop = 2
+            break
         if not valid[i]:
-            nul[nn] = i
+            nb += 1
+            idx[mi - nb] = i
             nn += 1
             i += 1
             continue
@@ -90,21 +103,20 @@ def cache_probe(
             maybe = interest_test(ibits, mix(key))
             j = kset_find(hk, hused, key) if maybe else -1
             if j >= 0:
-                if hpay[j, HR_F] < F_MAX_ROWS:
-                    hpay[j, HR_F] += 1
                 st = hpay[j, HR_START]
                 ln = hpay[j, HR_LEN]
+                if k + ln > ps.shape[0]:
+                    if k > 0:
+                        stop = 2
+                        break
+                    ps = np.empty(ln, dtype=np.int32)  # one value with more rows than the call's tuples
+                    pr = np.empty(ln, dtype=np.int32)
+                if hpay[j, HR_F] < F_MAX_ROWS:
+                    hpay[j, HR_F] += 1
                 if ln == 0:
-                    emp[ne] = i
-                    ne += 1
+                    nb += 1
+                    idx[mi - nb] = i
                 else:
-                    if k + ln > ps.shape[0]:
-                        cap = max(2 * ps.shape[0], k + ln)
-                        ps2 = np.empty(cap, dtype=np.int32)
-                        pr2 = np.empty(cap, dtype=np.int32)
-                        ps2[:k] = ps[:k]
-                        pr2[:k] = pr[:k]
-                        ps, pr = ps2, pr2
                     for r in range(st, st + ln):
                         ps[k] = i
                         pr[k] = r
@@ -113,27 +125,29 @@ def cache_probe(
                 i += 1
                 continue
             if rf_mode > 0 and not rf_test(rf_bits, rf_mode, rf_base, rf_nbits, rf_oor, key):
-                emp[ne] = i
-                ne += 1
+                nb += 1
+                idx[mi - nb] = i
                 nf += 1
                 i += 1
                 continue
             j = es_find(eblob, key) if maybe else -1
             if j >= 0:
-                emp[ne] = i
-                ne += 1
+                nb += 1
+                idx[mi - nb] = i
                 es_hit(ecount, j)
                 i += 1
                 continue
         if nm >= max_misses or (miss_used > 0 and miss_used + row_bytes[i] > miss_budget):
+            stop = 1
             break
-        miss[nm] = i
+        idx[nm] = i
         nm += 1
         miss_used += row_bytes[i]
         i += 1
         if miss_used >= miss_budget:
+            stop = 1
             break
-    return i - start, ps[:k], pr[:k], n_hit, miss[:nm], nul[:nn], emp[:ne], miss_used, nf
+    return i - start, ps, pr, k, n_hit, idx, nm, nb, nn, miss_used, nf, stop
 
 
 def hs_room(op: SemiStreamJoin) -> int:
@@ -163,10 +177,12 @@ def cache_phase(
     miss_bytes = 0
     w_n = w_s = w_null = 0
     hr_table: pa.Table | None = None  # H_R's pair columns, made at the first hit
+    call = B.cache_call_tuples(op)
     while op._buffer and remaining > 0 and used < budget:
         buf = op._buffer[0]
         start = buf.pos
-        consumed, ps, pr, n_hits, miss_idx, null_idx, emp_idx, used, n_filtered = cache_probe(
+        most = min(remaining, call)
+        consumed, ps, pr, k, n_hits, idx, nm, nb, nn, used, n_filtered, stop = cache_probe(
             cache.index.keys,
             cache.index.used,
             cache.index.payload,
@@ -180,36 +196,37 @@ def cache_phase(
             budget,
             used,
             room - w_s,
-            remaining,
+            most,
             use_cache,
             rf_bits,
             *rf_args,
         )
         consumed = int(consumed)
         n_hits = int(n_hits)
+        # the probe's index arrays live until its tuples are taken and answered (one call at a time)
+        op._note_cache_transient(ps.nbytes + pr.nbytes + idx.nbytes)
         if n_filtered:
             op._c.bump("filter_answered", int(n_filtered))
         if consumed == 0:
             break
+        ps, pr = ps[:k], pr[:k]
+        miss_idx, none_idx = idx[:nm], idx[len(idx) - nb :][::-1]
         op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
         remaining -= consumed
         buf.pos += consumed
-        # one take for the batch's hits, NULLs, empty hits and misses (a take's fixed cost is ~20-40 us)
-        parts = [a for a in (ps, null_idx, emp_idx, miss_idx) if len(a)]
+        # one take for the batch's hits, tuples without pairs and misses (a take's fixed cost is ~20-40 us)
+        parts = [a for a in (ps, none_idx, miss_idx) if len(a)]
         taken = take_rows(buf.table, parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else None
         at = 0
         s = None
         if len(ps):
             s = taken.slice(at, len(ps))  # type: ignore[union-attr]
             at += len(ps)
-        if len(null_idx):
-            unmatched.append(taken.slice(at, len(null_idx)))  # type: ignore[union-attr]
-            at += len(null_idx)
-            w_null += len(null_idx)
-        if len(emp_idx):
-            unmatched.append(taken.slice(at, len(emp_idx)))  # type: ignore[union-attr]
-            at += len(emp_idx)
-            w_n += len(emp_idx)
+        if nb:  # NULLs and tuples known to have no master row: unmatched at once
+            unmatched.append(taken.slice(at, nb))  # type: ignore[union-attr]
+            at += nb
+            w_null += int(nn)
+            w_n += int(nb - nn)
         if n_hits:
             hr_table = answer_hits(op, buf.table, s, ps, pr, n_hits, hr_table, pairs, unmatched)  # type: ignore[arg-type]
             w_n += n_hits
@@ -218,10 +235,11 @@ def cache_phase(
             miss_keys.append(buf.keys.values[miss_idx])
             miss_bytes += int(buf.row_bytes[miss_idx].sum())
             w_s += len(miss_idx)
+        del ps, pr, idx, miss_idx, none_idx  # before the next call allocates its own
         if buf.pos >= buf.table.num_rows:
             op._buffer.popleft()
-        else:
-            break  # stopped inside the batch: the chunk is full or max_step_tuples reached
+        elif stop == 1:
+            break  # stopped inside the batch: the chunk is full
     op._c.served_cache += w_n
     op._c.null_keys += w_null
     if miss_tables:

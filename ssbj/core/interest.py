@@ -28,6 +28,9 @@ from ssbj.core.hashing import mix
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
 BITS_PER_VALUE = 16
+# planned values per empty entry at a rebuild (more are added during the R-cycle): 2 held
+# 0.5% of the budget more at 1% of R (bench/results/bound/mem-2026-11-27.md)
+EMPTY_GROWTH = 1.25
 
 
 @njit(cache=True, inline="always")

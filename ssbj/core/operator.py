@@ -51,7 +51,7 @@ from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.hs import StreamTable
-from ssbj.core.interest import Interest
+from ssbj.core.interest import EMPTY_GROWTH, Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport
@@ -171,6 +171,8 @@ class SemiStreamJoin:
         self._transient = 0  # bytes of the current step's temporaries
         self._transient_peak = 0
         self._transient_per_tuple = 0.0  # most temporaries per tuple in H_S (ssbj.core.budget)
+        self._cache_transient = 0  # bytes of the step's cache-phase temporaries (a part of _transient)
+        self._cache_transient_peak = 0  # most of them in one step: a per-step reserve (ssbj.core.budget)
         self._peak = 0  # most bytes held at any point of a step
         # the complete cache (ssbj.core.complete): a take-all R-cycle, then H_R holds all of R
         self._take_all = False
@@ -267,7 +269,7 @@ class SemiStreamJoin:
         t0 = time.perf_counter()
         pairs: list[tuple[pa.Table, pa.Table]] = []
         unmatched: list[pa.Table] = []
-        self._transient = 0
+        self._transient = self._cache_transient = 0
         self._switch_transient = self._switch_peak = 0
         if self._p == 0 and not self._cycle_open:
             self._begin_r_cycle(pairs, unmatched)
@@ -292,7 +294,9 @@ class SemiStreamJoin:
             self._cycle_open = self._p != 0
             path = "scan" if done is None else "lookup+scan"
         if self.hs.live >= B.MIN_MEASURED:
-            self._transient_per_tuple = max(self._transient_per_tuple, self._transient / self.hs.live)
+            # the cache phase's temporaries scale with the tuples a step reads, not with H_S
+            per = (self._transient - self._cache_transient) / self.hs.live
+            self._transient_per_tuple = max(self._transient_per_tuple, per)
         enriched = self._assemble(pairs)
         um = pa.concat_tables(unmatched) if unmatched else self.stream_schema.empty_table()
         self._c.unmatched += um.num_rows
@@ -399,7 +403,7 @@ class SemiStreamJoin:
             st.keys[st.used],
             cache.index.keys[cache.index.used],
             cache.empties.keys,
-            expect=int(self.stats.meta[1]) + cache.values + 2 * cache.empty_values + 64,
+            expect=int(self.stats.meta[1] + cache.values + EMPTY_GROWTH * cache.empty_values) + 64,
         )
 
     # ------------------------------------------------------------------ cache phase
@@ -430,6 +434,13 @@ class SemiStreamJoin:
     def _note_transient(self, nbytes: int) -> None:
         self._transient += int(nbytes)
         self._transient_peak = max(self._transient_peak, self._transient)
+
+    def _note_cache_transient(self, nbytes: int) -> None:
+        """Count a cache-phase call's arrays: one call's are alive at a time (see ``budget.cache_call_tuples``)."""
+        more = max(0, int(nbytes) - self._cache_transient)
+        self._cache_transient += more
+        self._note_transient(more)
+        self._cache_transient_peak = max(self._cache_transient_peak, self._cache_transient)
 
     # ------------------------------------------------------------------ introspection
     def cached_values(self) -> np.ndarray:

@@ -147,6 +147,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "sb_peak": op._sb_peak,
         "transient_peak": op._transient_peak,
         "rebuild_peak": op._rebuild_peak,
+        "cache_transient_peak": op._cache_transient_peak,
         "buffer_bytes": op._buffer_bytes,
         "vs_avg": op._vs_avg,
         "vr_avg": op._vr_avg,
@@ -195,6 +196,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._sb_bytes, op._sb_peak, op._sb_seq = m["sb_bytes"], m["sb_peak"], m["sb_seq"]
     op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
     op._rebuild_peak = int(m.get("rebuild_peak", 0))
+    op._cache_transient_peak = int(m.get("cache_transient_peak", 0))  # older checkpoints: measured again
     op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
     op._plan = B.Plan(**m["plan"])
     op._c = Counters(**m["counters"])

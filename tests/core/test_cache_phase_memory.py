@@ -1,0 +1,103 @@
+"""The cache phase's index arrays are counted at their real sizes and bounded per call.
+
+A step reads stream tuples until its H_S chunk is full: with nearly every tuple served by
+H_R that is a whole large batch, so the probe's arrays (a pair or an index word per tuple)
+would grow with the batch. The calls are bounded (``budget.cache_call_tuples``), one
+call's arrays alive at a time, and the step counts the most one call held.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from reference import as_multiset, batch_join
+
+from ssbj.core import ArrowMaster, CostModel, JoinSpec, SemiStreamJoin, plan_memory
+from ssbj.core import budget as B
+from ssbj.core import cachephase as CP
+from ssbj.core.checkpoint import DirectoryStore
+
+
+def _hot_stream(n: int, seed: int = 5) -> tuple[pa.Table, pa.Table]:
+    """A stream of 12 hot values (one or two master rows each), some without rows, some NULL.
+
+    R has 40,000 rows more of other values, so it does not fit the budgets (no complete cache).
+    """
+    rng = np.random.default_rng(seed)
+    mk = np.concatenate([np.repeat(np.arange(12), 2)[:23], 100_000 + rng.integers(0, 10**6, 40_000)])
+    mid = np.arange(len(mk), dtype=np.int64)
+    master = pa.table({"mid": mid, "mk": mk.astype(np.int64), "attr": mid})
+    keys = rng.integers(0, 12, n)
+    keys[rng.random(n) < 0.02] = 1000 + rng.integers(0, 50)  # a value without master rows
+    valid = rng.random(n) > 0.01
+    stream = pa.table({"sid": np.arange(n, dtype=np.int64), "sk": pa.array(keys, pa.int64(), mask=~valid)})
+    return stream, master
+
+
+@pytest.mark.parametrize("budget", [60_000, 400_000])
+def test_cache_phase_arrays_counted_and_bounded(budget: int, monkeypatch: Any) -> None:
+    stream, master = _hot_stream(120_000)
+    real = CP.cache_probe
+    held: list[int] = []
+
+    def spy(*args: Any) -> Any:
+        out = real(*args)
+        held.append(sum(a.nbytes for a in (out[1], out[2], out[5])))
+        return out
+
+    monkeypatch.setattr(CP, "cache_probe", spy)
+    plan = plan_memory(budget, master.num_rows, 16.0, 24.0, CostModel())
+    spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=budget, chunk_bytes=plan.chunk_bytes)
+    op = SemiStreamJoin(spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema)
+    bound = B.cache_call_tuples(op) * B.CACHE_CALL_BYTES
+    out: Counter[Any] = Counter()
+    hits = 0
+    for b in stream.to_batches(max_chunksize=40_000):  # batches far above one call's tuples
+        op.push(b)
+        while op.buffered_tuples:
+            held.clear()
+            r = op.step()
+            out += as_multiset(r.enriched)
+            assert op._cache_transient == max(held, default=0)  # the most one call held, at real nbytes
+            assert op._cache_transient <= bound
+            assert op._cache_transient <= B.temporaries_reserve(op)  # within what the budget keeps
+            hits += r.metrics.w_n
+    for r in op.drain():
+        out += as_multiset(r.enriched)
+    assert hits > 0.8 * stream.num_rows and not op._complete
+    assert op._cache_transient_peak > 0 and B.temporaries_reserve(op) >= op._cache_transient_peak
+    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+
+
+def test_a_checkpoint_without_the_cache_phase_reserve_restores(tmp_path: Any) -> None:
+    """A checkpoint from before the reserve (no ``cache_transient_peak``) restores; it is measured again."""
+    stream, master = _hot_stream(30_000)
+    plan = plan_memory(60_000, master.num_rows, 16.0, 24.0, CostModel())
+    spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=60_000, chunk_bytes=plan.chunk_bytes)
+    batches = stream.to_batches(max_chunksize=5_000)
+    op = SemiStreamJoin(spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    for b in batches[:3]:
+        op.push(b)
+        while op.buffered_tuples:
+            out += as_multiset(op.step().enriched)
+    assert op._cache_transient_peak > 0
+    store = DirectoryStore(tmp_path)
+    op.checkpoint(store, 1)
+    _, m = store.read_manifest(1)
+    del m["cache_transient_peak"]
+    store.write_manifest(1, m)
+    r = SemiStreamJoin.restore(store, spec, ArrowMaster(master, plan.partition_rows), stream.schema, master.schema)
+    assert r._cache_transient_peak == 0
+    for b in batches[3:]:
+        r.push(b)
+        while r.buffered_tuples:
+            out += as_multiset(r.step().enriched)
+    for res in r.drain():
+        out += as_multiset(res.enriched)
+    assert r._cache_transient_peak > 0
+    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
