@@ -11,4 +11,4 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layers of docs/architecture.md (pyproject.toml [tool.importlinter])
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=40 "$@"  # the slowest tests in every run: the suite must stay well inside CI's 90 minutes

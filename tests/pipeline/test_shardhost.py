@@ -25,7 +25,9 @@ def report() -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=240, check=False, env=env
     )
-    assert done.returncode == 0, done.stderr[-4000:]
+    # the Python traceback, if any, then the end of the JVM's log (local-cluster's shutdown is noisy)
+    trace = done.stderr[done.stderr.rfind("Traceback") :][:4000] if "Traceback" in done.stderr else ""
+    assert done.returncode == 0, trace + "\n...\n" + done.stderr[-2000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
