@@ -102,14 +102,17 @@ def temporaries_reserve(op: SemiStreamJoin) -> int:
     The disk phase's grow with the tuples in H_S: the most seen per waiting tuple, for a
     full ring. The cache phase's are per step, bounded by :func:`cache_call_tuples`: with
     a cache that bound (the first R-cycle with hits reads whole batches of them), the
-    most seen in a step if more. Or the peak seen, if more. Beside them, the most an H_R
+    most seen in a step if more. Or the peak seen, if more. Or, if more, the most an H_R
     rebuild's temporaries held (:meth:`ssbj.core.cache.Cache.rebuild`: a switch-in, an
-    eviction, a refresh).
+    eviction, a refresh): never alive with the probes' (a switch-in or eviction runs at
+    the R-cycle start, before the step probes; a refresh after the disk phase's probe, with
+    the rows it keeps counted in the rebuild's), so one room serves both.
     """
     cache = op._cache_transient_peak
     if op._use_cache:
         cache = max(cache, cache_call_tuples(op) * CACHE_CALL_BYTES)
-    return max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap) + cache) + op._rebuild_peak
+    probes = max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap) + cache)
+    return max(probes, op._rebuild_peak)
 
 
 CACHE_CALL_SHARE = 0.01  # most of the budget one cache-phase call's index arrays may take
@@ -171,8 +174,10 @@ def adapt(op: SemiStreamJoin) -> None:
     _set_ring(op, k * w, w, per)
 
 
-# Cache.rebuild's arrays per row at once: keys, tags, order, keep index; later the runs and payloads
-REBUILD_ROW_BYTES = 52
+# Cache.rebuild's arrays (ssbj.core.hrmerge): a row's order, new tag and run mark (4 each) and an
+# added row's sort (8); a value's slot (4), run (16) and payload (16)
+REBUILD_ROW_BYTES = 20
+REBUILD_VALUE_BYTES = 36
 
 
 def layout_row_bytes(op: SemiStreamJoin) -> float:
@@ -195,11 +200,12 @@ def widest_column_bytes(op: SemiStreamJoin) -> float:
 def rebuild_bytes(op: SemiStreamJoin, rows: int) -> int:
     """Return the transient of rebuilding H_R to ``rows`` rows (:meth:`ssbj.core.cache.Cache.rebuild`).
 
-    Beside the old H_R: the sort and key arrays of every row, the column being rebuilt
-    twice (the merged column and its sorted copy) and the new index.
+    Beside the old H_R: the merge's arrays, the column being rebuilt twice (merged with the
+    added rows, then reordered) and the new index, for as many values as rows (at most).
     """
     index = KeyedTable.bytes_for(capacity_for(max(rows, 1), HR_INDEX_LOAD), 4, 4)
-    return int(rows * (REBUILD_ROW_BYTES + 2 * widest_column_bytes(op)) + index)
+    per_row = REBUILD_ROW_BYTES + REBUILD_VALUE_BYTES + 2 * widest_column_bytes(op)
+    return int(rows * per_row + index)
 
 
 def take_all_bytes(op: SemiStreamJoin) -> int:

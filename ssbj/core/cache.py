@@ -24,6 +24,7 @@ from numba import njit
 
 from ssbj.core.empties import EmptySet
 from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
+from ssbj.core.hrmerge import merge_runs
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 
@@ -194,48 +195,41 @@ class Cache:
         rc: int,
         keep_src_not: int | None = None,
         cached_after: np.ndarray | None = None,
+        beside: int = 0,
     ) -> None:
         """Rebuild the rows: drop values ``drop`` (and rows read from ``keep_src_not``), add ``add``.
 
-        Columns are rebuilt one at a time, so the extra memory while rebuilding is one
-        column twice (merged, then sorted) beside the sort arrays
-        (:func:`ssbj.core.budget.rebuild_bytes`). Values in ``cached_after`` that end with no row become empty entries.
+        ``beside``: bytes of the caller's temporaries alive during the rebuild (a refresh's
+        rows), reported with the rebuild's (:attr:`last_transient`, the most in a step).
+
+        The new row order merges the kept runs with the added rows (:mod:`ssbj.core.hrmerge`);
+        columns are rebuilt one at a time, so the extra memory while rebuilding is the order
+        and new tags (8 B a row) and one column twice (merged with the added rows, then
+        reordered) (:func:`ssbj.core.budget.rebuild_bytes`). Values in ``cached_after`` that
+        end with no row become empty entries.
         """
         ix = self.index
-        old_keys = _row_keys(ix.keys, ix.used, ix.payload, self.rows)
-        keep = np.ones(self.rows, dtype=bool)
-        if len(drop):
-            keep &= ~np.isin(old_keys, drop)
-        if keep_src_not is not None:
-            keep &= self.src != keep_src_not
-        keep_idx = np.flatnonzero(keep)
-        peak = old_keys.nbytes + keep.nbytes + keep_idx.nbytes  # (the temporaries at their nbytes)
-        del keep
+        dropped = ix.used & np.isin(ix.keys, drop) if len(drop) else np.zeros(0, np.bool_)
+        drop_src = -1 if keep_src_not is None else int(keep_src_not)
+        order, src, uniq, starts, counts, peak, runs = merge_runs(
+            ix.keys, ix.used, ix.payload, dropped, self.src, drop_src, add_keys, np.asarray(add_src, np.int32)
+        )
+        peak += dropped.nbytes
+        del dropped
+        # then: the new order and tags, the runs, and per column the merged copy and the new column
+        base = order.nbytes + src.nbytes + runs
         n_add = 0 if add is None else add.num_rows
-        keys = np.concatenate([old_keys[keep_idx], np.asarray(add_keys, np.int64)])
-        del old_keys
-        src = np.concatenate([self.src[keep_idx], np.asarray(add_src, np.int32)])
-        order = np.lexsort((src, keys))  # (stable: read order within a value and partition)
-        base = keys.nbytes + src.nbytes + order.nbytes + keep_idx.nbytes
+        take = pa.array(order)
         for c in range(len(self.columns)):
-            old = self.columns[c].take(pa.array(keep_idx))
-            merged = old if n_add == 0 else pa.concat_arrays([old, add.column(c).combine_chunks()])  # type: ignore[union-attr]
-            peak = max(peak, base + old.nbytes + (merged.nbytes if n_add else 0))
-            del old  # (at most the merged column and its sorted copy live beside the old one)
-            self.columns[c] = merged.take(pa.array(order))
-            peak = max(peak, base + merged.nbytes + self.columns[c].nbytes)
-            del merged
-        del keep_idx
-        keys = keys[order]
-        self.src = src[order]
-        del src, order
+            old = self.columns[c]
+            merged = old if n_add == 0 else pa.concat_arrays([old, *add.column(c).chunks])  # type: ignore[union-attr]
+            self.columns[c] = merged.take(take)
+            # the old column stays until replaced; the merged copy and the new column beside it
+            peak = max(peak, base + (merged.nbytes if n_add else 0) + self.columns[c].nbytes)
+            del merged, old
+        del take, order
+        self.src = src
         self._rows_gen += 1
-        # runs of equal keys (sorted), carrying f_count and since of values that stay
-        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if len(keys) else np.zeros(0, np.int64)
-        uniq = keys[starts]
-        counts = np.diff(np.append(starts, len(keys)))
-        peak = max(peak, keys.nbytes + starts.nbytes + uniq.nbytes + counts.nbytes)
-        del keys
         pay = np.zeros((len(uniq), 4), dtype=np.int32)
         pay[:, HR_START] = starts
         pay[:, HR_LEN] = counts
@@ -244,7 +238,8 @@ class Cache:
         _carry(ix.keys, ix.used, ix.payload, uniq, pay)
         old_ix = ix.nbytes
         ix.load(uniq, pay, capacity_for(len(uniq), INDEX_LOAD))
-        self.last_transient = max(peak, uniq.nbytes + pay.nbytes + old_ix)  # (the old index beside the new)
+        transient = max(peak, runs + pay.nbytes + old_ix) + beside  # (the old index beside the new)
+        self.last_transient = max(self.last_transient, transient)
         if cached_after is not None and len(cached_after):
             gone = np.setdiff1d(cached_after, uniq)
             self.add_empties(gone, rc)
@@ -265,6 +260,7 @@ class Cache:
         rf_slot: np.ndarray,
         n_empty_hits: int,
         rc: int,
+        beside: int = 0,
     ) -> bool:
         """Replace the cached rows last read from partition ``p`` by what was read now.
 
@@ -295,6 +291,7 @@ class Cache:
             rc,
             keep_src_not=p,
             cached_after=before,
+            beside=beside + fresh.nbytes + new_rows.nbytes,
         )
         return True
 

@@ -330,17 +330,18 @@ def refresh_room(op: SemiStreamJoin, p: int, rows_of_p: int) -> bool:
     if budget is None or grow <= 0:
         return True
     rows = op.cache.rows + grow
-    temps = max(B.rebuild_bytes(op, rows) - op._rebuild_peak, 0)  # beyond what is reserved
+    temps = max(B.rebuild_bytes(op, rows) - B.temporaries_reserve(op), 0)  # beyond what is reserved
     return op.memory().total + grow * (B.layout_row_bytes(op) + 4) + temps <= budget
 
 
-def clear_cache(op: SemiStreamJoin) -> bool:
+def clear_cache(op: SemiStreamJoin, beside: int = 0) -> bool:
     """Empty H_R (its refresh does not fit the budget): exact, as an eviction, at no rebuild's cost.
 
     A tuple of a value no longer cached enters H_S and meets every partition. Returns True (H_R changed).
     """
     cache = op.cache
-    cache.rebuild(cache.index.keys[cache.index.used], None, np.zeros(0, np.int64), np.zeros(0, np.int32), op._rc)
+    drop = cache.index.keys[cache.index.used]
+    cache.rebuild(drop, None, np.zeros(0, np.int64), np.zeros(0, np.int32), op._rc, beside=beside + drop.nbytes)
     op.rebuild_interest()
     op._c.bump("refresh_cleared")
     return True
@@ -445,6 +446,7 @@ def refresh_complete(
     rf_row: np.ndarray,
     rf_slot: np.ndarray,
     n_new: int,
+    beside: int = 0,
 ) -> bool:
     """Make H_R's rows read from partition p what was read now: updates, deletes and new values.
 
@@ -474,11 +476,12 @@ def refresh_complete(
         leave(op)  # R grew beyond the budget: the cached values are refreshed as usual
         op._c.bump("complete_outgrown")
         if not refresh_room(op, p, len(rf_row)):
-            return clear_cache(op)
-        return cache.refresh(p, part, keys, rf_row, rf_slot, 0, op._rc)
+            return clear_cache(op, beside)
+        return cache.refresh(p, part, keys, rf_row, rf_slot, 0, op._rc, beside)
     before = cache.index.keys[cache.index.used]
     op._switch_transient = max(op._switch_transient, B.rebuild_bytes(op, rows_after))  # (reported with the step)
-    cache.rebuild(np.zeros(0, np.int64), part, keys, np.full(part.num_rows, p, np.int32), op._rc, keep_src_not=p)
+    src = np.full(part.num_rows, p, np.int32)
+    cache.rebuild(np.zeros(0, np.int64), part, keys, src, op._rc, keep_src_not=p, beside=beside + src.nbytes)
     if n_new:
         added = np.unique(keys[~np.isin(keys, before)])
         op.interest.add(added)

@@ -308,7 +308,8 @@ class SemiStreamJoin:
             self._rebuild_peak = max(self._rebuild_peak, self.cache.last_transient)
             self.cache.last_transient = 0
         if self._switch_peak:  # the step reports at least what the switch-in held at once
-            self._switch_transient += max(0, self._switch_peak - self.memory().total)
+            mem = self.memory()
+            self._switch_transient = max(self._switch_transient, self._switch_peak - (mem.total - mem.transient))
         t4 = time.perf_counter()
         metrics = RP.step_metrics(
             self, p, fsm, w_n, w_s, w_null, b_rows, enriched.num_rows, t4 - t0, t3 - t2, t2 - t1, t4 - t3

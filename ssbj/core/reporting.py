@@ -27,7 +27,8 @@ def memory_report(op: SemiStreamJoin) -> MemoryReport:
         key_table=op.stats.nbytes + op.interest.nbytes,
         stream_buffer=op._buffer_bytes,
         entries=max(op.hs.values, 0) + op.cache.values + op.cache.empty_values + op.stats.size,
-        transient=op._transient + op._switch_transient,
+        # the probes' temporaries and a rebuild's are never alive at once (ssbj.core.budget.temporaries_reserve)
+        transient=max(op._transient, op._switch_transient),
         prefetch=prefetched_nbytes(op.master),
         r_filter=op.rfilter.nbytes,
     )

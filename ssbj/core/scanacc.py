@@ -84,6 +84,7 @@ class RefreshRows:
         """Refresh the cached rows read from p with what every piece read."""
         if self.raw is not None:
             part, keys, rf_row, rf_slot = self.raw
+            beside = rf_row.nbytes + rf_slot.nbytes  # (the partition and its keys: the disk buffer)
         else:
             got = self.cut
             part = pa.concat_tables([g[0] for g in got]) if got else op._master_layout.empty_table()
@@ -91,12 +92,15 @@ class RefreshRows:
             offs = np.cumsum([0] + [g[0].num_rows for g in got])
             rf_row = np.concatenate([g[2] + o for g, o in zip(got, offs, strict=False)] or [np.zeros(0, np.int64)])
             rf_slot = np.concatenate([g[3] for g in got] or [np.zeros(0, np.int64)])
+            del got
+            beside = part.nbytes + keys.nbytes + rf_row.nbytes + rf_slot.nbytes
         self.raw, self.cut = None, []
+        # (the rows kept for the refresh are alive while H_R is rebuilt: reported with the rebuild)
         if op._complete:
-            changed = refresh_complete(op, p, part, keys, rf_row, rf_slot, int(self.n_new))
+            changed = refresh_complete(op, p, part, keys, rf_row, rf_slot, int(self.n_new), beside)
         elif not refresh_room(op, p, len(rf_row) + int(self.n_empty)):
-            changed = clear_cache(op)
+            changed = clear_cache(op, beside)
         else:
-            changed = op.cache.refresh(p, part, keys, rf_row, rf_slot, int(self.n_empty), op._rc)
+            changed = op.cache.refresh(p, part, keys, rf_row, rf_slot, int(self.n_empty), op._rc, beside)
         if changed:
             op._c.bump("cache_refreshes")
