@@ -24,7 +24,7 @@ from numba import njit
 
 from ssbj.core.empties import EmptySet
 from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
-from ssbj.core.hrmerge import merge_runs
+from ssbj.core.hrmerge import merge_runs, reorder_column
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 
@@ -211,34 +211,24 @@ class Cache:
         ix = self.index
         dropped = ix.used & np.isin(ix.keys, drop) if len(drop) else np.zeros(0, np.bool_)
         drop_src = -1 if keep_src_not is None else int(keep_src_not)
-        order, src, uniq, starts, counts, peak, runs = merge_runs(
-            ix.keys, ix.used, ix.payload, dropped, self.src, drop_src, add_keys, np.asarray(add_src, np.int32)
+        order, src, uniq, pay, peak, runs = merge_runs(
+            ix.keys, ix.used, ix.payload, dropped, self.src, drop_src, add_keys, np.asarray(add_src, np.int32), 4
         )
         peak += dropped.nbytes
         del dropped
-        # then: the new order and tags, the runs, and per column the merged copy and the new column
+        # then: the new order and tags, the runs, and per column its copies (the old one stays until replaced)
         base = order.nbytes + src.nbytes + runs
-        n_add = 0 if add is None else add.num_rows
-        take = pa.array(order)
         for c in range(len(self.columns)):
-            old = self.columns[c]
-            merged = old if n_add == 0 else pa.concat_arrays([old, *add.column(c).chunks])  # type: ignore[union-attr]
-            self.columns[c] = merged.take(take)
-            # the old column stays until replaced; the merged copy and the new column beside it
-            peak = max(peak, base + (merged.nbytes if n_add else 0) + self.columns[c].nbytes)
-            del merged, old
-        del take, order
+            self.columns[c], copies = reorder_column(self.columns[c], None if add is None else add.column(c), order)
+            peak = max(peak, base + copies)
+        del order
         self.src = src
         self._rows_gen += 1
-        pay = np.zeros((len(uniq), 4), dtype=np.int32)
-        pay[:, HR_START] = starts
-        pay[:, HR_LEN] = counts
         pay[:, HR_SINCE] = rc
-        del starts, counts
         _carry(ix.keys, ix.used, ix.payload, uniq, pay)
         old_ix = ix.nbytes
         ix.load(uniq, pay, capacity_for(len(uniq), INDEX_LOAD))
-        transient = max(peak, runs + pay.nbytes + old_ix) + beside  # (the old index beside the new)
+        transient = max(peak, runs + old_ix) + beside  # (the old index beside the new)
         self.last_transient = max(self.last_transient, transient)
         if cached_after is not None and len(cached_after):
             gone = np.setdiff1d(cached_after, uniq)

@@ -12,6 +12,7 @@ runs a value, where sorting every row held ~52 bytes a row (keys, tags, sort ord
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 from numba import njit
 
 from ssbj.core.refresh import HR_LEN, HR_START
@@ -66,8 +67,7 @@ def _merge(
     order: np.ndarray,
     out_src: np.ndarray,
     ukey: np.ndarray,
-    ustart: np.ndarray,
-    ulen: np.ndarray,
+    upay: np.ndarray,
 ) -> int:  # pragma: no cover
     """Fill the new order (an old row, or ``base`` + an added row), tags and runs; return the runs (-1: unsorted)."""
     nv = slots.shape[0]
@@ -118,8 +118,8 @@ def _merge(
             o += 1
         if o > start:
             ukey[u] = k
-            ustart[u] = start
-            ulen[u] = o - start
+            upay[u, HR_START] = start
+            upay[u, HR_LEN] = o - start
             u += 1
     return u
 
@@ -133,12 +133,14 @@ def merge_runs(
     drop_src: int,
     add_keys: np.ndarray,
     add_src: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """Return (order, tags, run keys, run starts, run lengths, bytes, runs' bytes) of the rebuilt rows.
+    pay_fields: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Return (order, tags, run keys, run payloads, bytes, runs' bytes) of the rebuilt rows.
 
     ``hk``/``hused``/``hpay``: H_R's index; ``dropped``: per index slot, whether its value
     leaves (empty: none); ``drop_src``: a partition whose rows are left out (-1: none); the
-    added rows come after the ``len(src)`` old rows in ``order``; runs by ascending key.
+    added rows come after the ``len(src)`` old rows in ``order``; runs by ascending key,
+    each an index payload row (``pay_fields`` int32: start and length set, the rest 0).
     ``bytes``: every temporary allocated here at its nbytes (an upper bound of what is
     alive at once); ``runs' bytes``: the run arrays' (views of larger buffers).
     """
@@ -153,15 +155,66 @@ def merge_runs(
     out_src = np.empty(n, np.int32)
     most = len(slots) + len(add_keys)
     ukey = np.empty(most, np.int64)
-    ustart = np.empty(most, np.int32)
-    ulen = np.empty(most, np.int32)
-    args = (src, drop_src, add_keys, add_src, aperm, rows, order, out_src, ukey, ustart, ulen)
+    upay = np.zeros((most, pay_fields), np.int32)
+    args = (src, drop_src, add_keys, add_src, aperm, rows, order, out_src, ukey, upay)
     u = _merge(hk, hpay, slots, dropped, *args)
     if u < 0:  # (not expected: every writer of H_R keeps its rows sorted by value) walk the runs by value
         slots = np.flatnonzero(hused & (hpay[:, HR_LEN] > 0)).astype(np.int32)
         slots = slots[np.argsort(hk[slots], kind="stable")]
         held += 3 * slots.nbytes
         u = _merge(hk, hpay, slots, dropped, *args)
-    runs = ukey.nbytes + ustart.nbytes + ulen.nbytes
+    runs = ukey.nbytes + upay.nbytes
     held += aperm.nbytes + order.nbytes + out_src.nbytes + runs
-    return order, out_src, ukey[:u], ustart[:u], ulen[:u], int(held), int(runs)
+    return order, out_src, ukey[:u], upay[:u], int(held), int(runs)
+
+
+@njit(cache=True, nogil=True)
+def _gather(
+    old: np.ndarray, add: np.ndarray, order: np.ndarray, base: int, out: np.ndarray
+) -> None:  # pragma: no cover
+    """Rows (of bytes) of ``old``, or of ``add`` past ``base``, in ``order``."""
+    width = out.shape[1]
+    for o in range(order.shape[0]):
+        r = order[o]
+        if r < base:
+            for b in range(width):
+                out[o, b] = old[r, b]
+        else:
+            for b in range(width):
+                out[o, b] = add[r - base, b]
+
+
+def _rows_2d(arr: pa.Array) -> np.ndarray | None:
+    """Return a fixed-width column without NULLs as (rows, width) bytes (a view of its buffer), else None."""
+    t = arr.type
+    plain = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_fixed_size_binary(t)
+    plain = plain or pa.types.is_temporal(t) or pa.types.is_decimal(t)
+    if not plain or arr.null_count:
+        return None
+    width = t.bit_width // 8
+    buf = arr.buffers()[1]
+    if width < 1 or buf is None:
+        return None
+    return np.frombuffer(buf, np.uint8, len(arr) * width, arr.offset * width).reshape(len(arr), width)
+
+
+def reorder_column(old: pa.Array, add: pa.ChunkedArray | None, order: np.ndarray) -> tuple[pa.Array, int]:
+    """Return the new column (``order`` over the old rows, then the added ones) and its temporaries' bytes.
+
+    A fixed-width column without NULLs is gathered straight from both: no merged copy, the
+    new column is the only one; others are concatenated, then taken.
+    """
+    if add is None or len(add) == 0:
+        new = old.take(pa.array(order))
+        return new, int(new.nbytes)
+    extra = add.combine_chunks()
+    copied = int(extra.nbytes) if add.num_chunks > 1 else 0
+    old2, add2 = _rows_2d(old), _rows_2d(extra)
+    if old2 is None or add2 is None or old.type != extra.type:
+        merged = pa.concat_arrays([old, extra])
+        new = merged.take(pa.array(order))
+        return new, int(merged.nbytes + new.nbytes) + copied
+    out = np.empty((len(order), old2.shape[1]), np.uint8)
+    _gather(old2, add2, order, len(old), out)
+    new = pa.Array.from_buffers(old.type, len(order), [None, pa.py_buffer(out)])
+    return new, int(out.nbytes) + copied

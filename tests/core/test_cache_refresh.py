@@ -9,71 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from range_master import RangeMaster
 from reference import as_multiset, batch_join
 
 from ssbj.core import JoinSpec, SemiStreamJoin
 from ssbj.core.checkpoint import DirectoryStore
-
-
-class RangeMaster:
-    """R as key ranges over a primary key: partition p holds pk in [p*b, (p+1)*b), the last is open."""
-
-    def __init__(self, rows: dict[int, tuple[int, str]], b: int, k: int) -> None:
-        self.rows = rows
-        self._b, self._k = b, k
-
-    @property
-    def partition_rows(self) -> int:
-        return self._b
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.rows)
-
-    def num_partitions(self) -> int:
-        return self._k
-
-    def table(self) -> pa.Table:
-        pks = sorted(self.rows)
-        return pa.table(
-            {
-                "pk": pa.array(pks, pa.int64()),
-                "key": pa.array([self.rows[p][0] for p in pks], pa.int64()),
-                "v": pa.array([self.rows[p][1] for p in pks], pa.string()),
-            }
-        )
-
-    def read_partition(self, p: int) -> pa.Table:
-        lo, hi = p * self._b, ((p + 1) * self._b if p < self._k - 1 else 1 << 62)
-        pks = [x for x in sorted(self.rows) if lo <= x < hi]
-        return pa.table(
-            {
-                "pk": pa.array(pks, pa.int64()),
-                "key": pa.array([self.rows[x][0] for x in pks], pa.int64()),
-                "v": pa.array([self.rows[x][1] for x in pks], pa.string()),
-            }
-        )
-
-    def repartition(self, partition_rows: int) -> RangeMaster:
-        return RangeMaster(self.rows, partition_rows, self._k)
-
-
-class ResidentRangeMaster(RangeMaster):
-    """RangeMaster in memory (``MasterResident``): the same table while a partition is unchanged, else new buffers."""
-
-    def __init__(self, rows: dict[int, tuple[int, str]], b: int, k: int) -> None:
-        super().__init__(rows, b, k)
-        self._held: dict[int, tuple[Any, pa.Table]] = {}
-
-    def resident_partition(self, p: int) -> pa.Table:
-        lo, hi = p * self._b, ((p + 1) * self._b if p < self._k - 1 else 1 << 62)
-        state = tuple((x, self.rows[x]) for x in sorted(self.rows) if lo <= x < hi)
-        if p not in self._held or self._held[p][0] != state:
-            self._held[p] = (state, super().read_partition(p))
-        return self._held[p][1]
-
-    def read_partition(self, p: int) -> pa.Table:
-        return self.resident_partition(p)
 
 
 def _stream(rng: random.Random, first_id: int, n: int) -> pa.Table:
@@ -98,7 +38,7 @@ def test_updates_inserts_and_deletes_reach_cached_values_within_one_r_cycle(
     """
     rng = random.Random(7)
     rows = {pk: (pk % 20, f"v0-{pk}") for pk in range(200)}
-    master = ResidentRangeMaster(rows, b=20, k=10) if resident else RangeMaster(rows, b=20, k=10)
+    master = RangeMaster(rows, b=20, k=10, resident=resident)
     spec = JoinSpec(
         stream_key="k",
         master_key="key",

@@ -7,6 +7,8 @@ appends the added rows, and sorts all of them by (value, partition) with a stabl
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
@@ -15,32 +17,42 @@ from hypothesis import strategies as st
 from ssbj.core.cache import HR_SINCE, Cache
 from ssbj.core.refresh import HR_LEN, HR_START
 
-LAYOUT = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())])
+# gathered straight (int64, fixed-size binary), concatenated then taken (a string, an int64 with NULLs)
+LAYOUT = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("b", pa.binary(3)), ("s", pa.string()), ("n", pa.int64())])
+COLS = ("k", "v", "b", "s", "n")
 
 
 def rows_of(keys: list[int], src: list[int], tag: int) -> pa.Table:
-    """Rows with a unique ``v`` (to check order) and a nullable string column."""
+    """Rows with a unique ``v`` (to check order), its bytes, and nullable columns."""
     n = len(keys)
     v = np.arange(n, dtype=np.int64) + tag * 1_000_000
     s = [None if i % 5 == 0 else f"r{tag}-{i}" for i in range(n)]
-    return pa.table({"k": pa.array(keys, pa.int64()), "v": v, "s": pa.array(s, pa.string())}, schema=LAYOUT)
+    nn = [None if i % 3 == 0 else i * tag for i in range(n)]
+    cols = {
+        "k": pa.array(keys, pa.int64()),
+        "v": v,
+        "b": pa.array([int(x % (1 << 24)).to_bytes(3, "little") for x in v], pa.binary(3)),
+        "s": pa.array(s, pa.string()),
+        "n": pa.array(nn, pa.int64()),
+    }
+    return pa.table(cols, schema=LAYOUT)
 
 
 def reference(
     old: pa.Table, old_src: np.ndarray, drop: set[int], drop_src: int, add: pa.Table, add_src: np.ndarray
-) -> tuple[list[tuple[int, int, str | None]], list[int]]:
+) -> tuple[list[tuple[Any, ...]], list[int]]:
     ok = [k not in drop and s != drop_src for k, s in zip(old.column("k").to_pylist(), old_src, strict=True)]
     both = pa.concat_tables([old.filter(pa.array(ok, pa.bool_())), add])
     src = np.concatenate([old_src[np.array(ok, bool)], add_src]).astype(np.int64)
     keys = np.asarray(both.column("k").to_numpy())
     order = np.lexsort((src, keys))  # stable
     t = both.take(pa.array(order))
-    return list(zip(*[t.column(c).to_pylist() for c in ("k", "v", "s")], strict=True)), src[order].tolist()
+    return list(zip(*[t.column(c).to_pylist() for c in COLS], strict=True)), src[order].tolist()
 
 
-def state(cache: Cache) -> tuple[list[tuple[int, int, str | None]], list[int]]:
+def state(cache: Cache) -> tuple[list[tuple[Any, ...]], list[int]]:
     t = cache.table()
-    return list(zip(*[t.column(c).to_pylist() for c in ("k", "v", "s")], strict=True)), cache.src.tolist()
+    return list(zip(*[t.column(c).to_pylist() for c in COLS], strict=True)), cache.src.tolist()
 
 
 def check_runs(cache: Cache) -> None:
@@ -100,7 +112,7 @@ def test_rebuild_temporaries_are_a_few_bytes_a_row() -> None:
     """Dropping one value of 200k rows: the order and tags (8 B a row), one column twice; no per-row keys or sort."""
     n = 200_000
     keys = np.repeat(np.arange(n // 4, dtype=np.int64), 4)
-    t = pa.table({"k": keys, "v": np.arange(n, dtype=np.int64), "s": pa.array(["x"] * n)}, schema=LAYOUT)
+    t = rows_of(keys.tolist(), [0] * n, 1)
     cache = Cache(LAYOUT, "int")
     cache.rebuild(np.zeros(0, np.int64), t, keys, np.zeros(n, np.int32), 1)
     cache.last_transient = 0  # (the operator resets it after each step: it is the most of a step's rebuilds)
