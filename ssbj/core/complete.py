@@ -77,10 +77,10 @@ def complete_probe(
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
     m = limit - start
-    ps = np.empty(m, dtype=np.int64)
-    pr = np.empty(m, dtype=np.int64)
-    nul = np.empty(m, dtype=np.int64)
-    miss = np.empty(m, dtype=np.int64)
+    ps = np.empty(m, dtype=np.int32)
+    pr = np.empty(m, dtype=np.int32)
+    nul = np.empty(m, dtype=np.int32)
+    miss = np.empty(m, dtype=np.int32)
     every = valid.shape[0] == 0
     k = 0
     n_hit = 0
@@ -99,8 +99,8 @@ def complete_probe(
             continue
         if k + ln > ps.shape[0]:
             cap = max(2 * ps.shape[0], k + ln)
-            ps2 = np.empty(cap, dtype=np.int64)
-            pr2 = np.empty(cap, dtype=np.int64)
+            ps2 = np.empty(cap, dtype=np.int32)
+            pr2 = np.empty(cap, dtype=np.int32)
             ps2[:k] = ps[:k]
             pr2[:k] = pr[:k]
             ps, pr = ps2, pr2
@@ -382,11 +382,17 @@ def _finish_hs(op: SemiStreamJoin, unmatched: list[pa.Table]) -> None:
 
 
 # ---------------------------------------------------------------- cache phase
+def _held(a: np.ndarray) -> int:
+    """Bytes of the whole buffer an array slices."""
+    return int(a.base.nbytes if isinstance(a.base, np.ndarray) else a.nbytes)
+
+
 def complete_phase(
     op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
 ) -> tuple[int, int, int]:
     """READ up to ``max_step_tuples`` stream tuples and finish each against H_R (hit or no master row)."""
     remaining = op.spec.max_step_tuples
+    per_call = B.cache_call_tuples(op)  # (the call's arrays: 16 B a tuple read and 8 a further pair, counted)
     cache = op.cache
     w_n = w_null = n_miss = 0
     hr_table: pa.Table | None = None
@@ -394,8 +400,15 @@ def complete_phase(
         buf = op._buffer[0]
         start = buf.pos
         consumed, ps, pr, n_hits, null_idx, miss_idx = complete_probe(
-            cache.index.keys, cache.index.used, cache.index.payload, buf.keys.values, buf.keys.valid, start, remaining
+            cache.index.keys,
+            cache.index.used,
+            cache.index.payload,
+            buf.keys.values,
+            buf.keys.valid,
+            start,
+            min(remaining, per_call),
         )
+        op._note_cache_transient(sum(_held(a) for a in (ps, pr, null_idx, miss_idx)))
         consumed, n_hits = int(consumed), int(n_hits)
         op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
         remaining -= consumed

@@ -101,3 +101,41 @@ def test_a_checkpoint_without_the_cache_phase_reserve_restores(tmp_path: Any) ->
         out += as_multiset(res.enriched)
     assert r._cache_transient_peak > 0
     assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+
+
+def test_complete_cache_phase_arrays_counted_and_bounded(monkeypatch: Any) -> None:
+    """With all of R cached (the complete cache), each call's arrays are counted whole and its tuples bounded."""
+    from ssbj.core import complete as CC
+
+    stream, master = _hot_stream(120_000)
+    master = master.slice(0, 23)  # the hot values' rows only: R fits the budget
+    real = CC.complete_probe
+    held: list[int] = []
+    read: list[int] = []
+
+    def spy(*args: Any) -> Any:
+        out = real(*args)
+        read.append(int(out[0]))
+        held.append(sum(CC._held(a) for a in (out[1], out[2], out[4], out[5])))
+        return out
+
+    monkeypatch.setattr(CC, "complete_probe", spy)
+    spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=60_000, chunk_bytes=4_000)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 8), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    complete_steps = 0
+    for b in stream.to_batches(max_chunksize=40_000):
+        op.push(b)
+        while op.buffered_tuples:
+            held.clear()
+            r = op.step()
+            out += as_multiset(r.enriched)
+            if held:
+                complete_steps += 1
+                assert op._cache_transient == max(held)  # the most one call held, whole buffers at nbytes
+                assert op._cache_transient <= B.temporaries_reserve(op)
+    for r in op.drain():
+        out += as_multiset(r.enriched)
+    assert complete_steps > 0 and read and max(read) <= B.cache_call_tuples(op)
+    assert len(read) > 3  # the 40,000-tuple batches were read in bounded calls
+    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
