@@ -72,6 +72,11 @@ WRAPPED = [
     ("ssbj.core.ringstore", "RowRing.append"),
     ("ssbj.core.cache", "Cache.refresh"),
     ("ssbj.core.budget", "room"),
+    ("ssbj.core.empties", "EmptySet.fit"),
+    ("ssbj.core.empties", "EmptySet.add"),
+    ("ssbj.core.interest", "Interest.add"),
+    ("ssbj.core.switching", "hs_remove"),
+    ("ssbj.core.stats", "ValueStats.delete"),
 ]
 
 
