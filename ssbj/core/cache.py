@@ -204,9 +204,9 @@ class Cache:
 
         The new row order merges the kept runs with the added rows (:mod:`ssbj.core.hrmerge`);
         columns are rebuilt one at a time, so the extra memory while rebuilding is the order
-        and new tags (8 B a row) and one column twice (merged with the added rows, then
-        reordered) (:func:`ssbj.core.budget.rebuild_bytes`). Values in ``cached_after`` that
-        end with no row become empty entries.
+        and new tags (8 B a row) and one new column (a variable-width or nullable one also
+        merged with the added rows first: twice) (:func:`ssbj.core.budget.rebuild_bytes`).
+        Values in ``cached_after`` that end with no row become empty entries.
         """
         ix = self.index
         dropped = ix.used & np.isin(ix.keys, drop) if len(drop) else np.zeros(0, np.bool_)
