@@ -180,3 +180,21 @@ def test_checkpoints_restore_the_entries_packed_and_in_the_older_key_form(tmp_pa
             u2 += as_multiset(res.unmatched)
         assert o2 == batch_join(stream, master, "sk", "mk", ["mkv"])
         assert u2 == unmatched_reference(stream, master, "sk", "mk")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    old=st.sets(st.integers(-(1 << 40), 1 << 40), max_size=400),
+    new=st.sets(st.integers(-(1 << 40), 1 << 40), max_size=400),
+    cut=st.integers(0, 400),
+)
+def test_merged_size_by_rank_equals_the_rewrites_size(old: set[int], new: set[int], cut: int) -> None:
+    """fit's size check by block ends equals what a rewrite with those keys writes."""
+    from ssbj.core.empties import _ALL, _merged_bytes, _rewrite
+
+    es = EmptySet()
+    es.add(np.array(sorted(old), np.int64))
+    add = np.array(sorted(new - old), np.int64).view(np.uint64) ^ np.uint64(1 << 63)
+    n = min(cut, len(add))
+    want = _rewrite(es.blob, es.counts, add, n, _ALL, False, True)
+    assert _merged_bytes(es.blob, add, n) == want[2] == 8 * (len(want[0]) + len(want[1]))
