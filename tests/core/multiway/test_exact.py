@@ -59,7 +59,7 @@ def test_equals_duckdb(r: dict) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_equals_duckdb_long(r: dict) -> None:
     test_equals_duckdb.hypothesis.inner_test(r)  # type: ignore[attr-defined]
