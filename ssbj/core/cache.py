@@ -27,6 +27,7 @@ from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
 from ssbj.core.hrmerge import merge_runs, reorder_column
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
+from ssbj.core.rowsize import held_nbytes
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -128,10 +129,7 @@ class Cache:
             # what is held: the columns' whole buffers, the tags' whole array (both may be
             # larger than the rows, written in place: ssbj.core.takeall)
             cols = sum(b.size for c in self.columns for b in c.buffers() if b is not None)
-            src = self.src
-            while isinstance(src.base, np.ndarray):
-                src = src.base
-            self._rows_nb = (self._rows_gen, int(cols + src.nbytes))
+            self._rows_nb = (self._rows_gen, int(cols + held_nbytes(self.src)))
         return self._rows_nb[1]
 
     def nbytes(self) -> int:

@@ -45,6 +45,7 @@ from ssbj.core.hsindex import EMPTY
 from ssbj.core.interest import interest_test
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 from ssbj.core.resident import remember, views_of_resident
+from ssbj.core.rowsize import held_nbytes
 
 if TYPE_CHECKING:
     from ssbj.core.keys import EncodedKeys
@@ -382,11 +383,6 @@ def _finish_hs(op: SemiStreamJoin, unmatched: list[pa.Table]) -> None:
 
 
 # ---------------------------------------------------------------- cache phase
-def _held(a: np.ndarray) -> int:
-    """Bytes of the whole buffer an array slices."""
-    return int(a.base.nbytes if isinstance(a.base, np.ndarray) else a.nbytes)
-
-
 def complete_phase(
     op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
 ) -> tuple[int, int, int]:
@@ -408,7 +404,7 @@ def complete_phase(
             start,
             min(remaining, per_call),
         )
-        op._note_cache_transient(sum(_held(a) for a in (ps, pr, null_idx, miss_idx)))
+        op._note_cache_transient(sum(held_nbytes(a) for a in (ps, pr, null_idx, miss_idx)))
         consumed, n_hits = int(consumed), int(n_hits)
         op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
         remaining -= consumed

@@ -36,7 +36,7 @@ from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
 from ssbj.core.resident import buffer_ids
-from ssbj.core.rowsize import row_nbytes
+from ssbj.core.rowsize import held_nbytes, row_nbytes
 from ssbj.core.scanacc import RefreshRows
 
 if TYPE_CHECKING:
@@ -379,7 +379,8 @@ def disk_phase(
         op.interest.added += op.stats.size - tracked
         if op.interest.overfull:
             op.rebuild_interest()
-    op._note_transient(pm.nbytes + psl.nbytes + sb.nbytes + rf_row.nbytes + rf_slot.nbytes)
+    # the kernel's arrays double as they fill: the whole buffers are held, not the views' bytes
+    op._note_transient(sum(held_nbytes(a) for a in (pm, psl, sb, rf_row, rf_slot)))
     if fsm == TAKE_ALL:  # every row of a value not cached goes to s_B
         ix = cache.index
         sb = take_all_rows(mk.values, mk.valid, ix.keys, ix.used, cache.empties.blob, op.interest.bits)

@@ -7,6 +7,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
+def held_nbytes(a: np.ndarray) -> int:
+    """Bytes of the whole buffer ``a`` is a view of (a slice keeps its base alive)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return int(a.nbytes)
+
+
 def _column_bytes(col: pa.ChunkedArray, n: int) -> np.ndarray | int:
     t = col.type
     if pa.types.is_dictionary(t):

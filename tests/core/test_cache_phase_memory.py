@@ -106,6 +106,7 @@ def test_a_checkpoint_without_the_cache_phase_reserve_restores(tmp_path: Any) ->
 def test_complete_cache_phase_arrays_counted_and_bounded(monkeypatch: Any) -> None:
     """With all of R cached (the complete cache), each call's arrays are counted whole and its tuples bounded."""
     from ssbj.core import complete as CC
+    from ssbj.core.rowsize import held_nbytes
 
     stream, master = _hot_stream(120_000)
     master = master.slice(0, 23)  # the hot values' rows only: R fits the budget
@@ -116,7 +117,7 @@ def test_complete_cache_phase_arrays_counted_and_bounded(monkeypatch: Any) -> No
     def spy(*args: Any) -> Any:
         out = real(*args)
         read.append(int(out[0]))
-        held.append(sum(CC._held(a) for a in (out[1], out[2], out[4], out[5])))
+        held.append(sum(held_nbytes(a) for a in (out[1], out[2], out[4], out[5])))
         return out
 
     monkeypatch.setattr(CC, "complete_probe", spy)
