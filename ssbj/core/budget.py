@@ -321,14 +321,14 @@ def room(op: SemiStreamJoin) -> int:
     return budget - op.memory().total
 
 
-def empties_room(op: SemiStreamJoin, keys: np.ndarray) -> int:
-    """How many of the sorted ``keys`` may become empty entries within the budget.
+def empties_room(op: SemiStreamJoin) -> int | None:
+    """Bytes new empty entries' arrays may take (``None``: no budget).
 
     A batch writes the entries' arrays anew beside the old ones (:mod:`ssbj.core.empties`).
     """
     if op.spec.memory_budget is None:
-        return len(keys)
-    return op.cache.empties.fit(keys, room(op))
+        return None
+    return room(op)
 
 
 def stats_entry_bytes() -> float:

@@ -402,28 +402,41 @@ class EmptySet:
         A batch writes new arrays beside the old ones, so the new ones must fit in what
         the budget has free. Keys already present cost nothing and count as fitting.
         """
-        k = np.asarray(keys, dtype=np.int64)
+        return self._fit(np.asarray(keys, dtype=np.int64), max_bytes)[0]
+
+    def _fit(self, k: np.ndarray, max_bytes: int) -> tuple[int, np.ndarray]:
+        """(keys of ``k`` that fit, as :meth:`fit`; the new keys among those, unsigned-mapped and sorted)."""
         if not len(k):
-            return 0
+            return 0, _NO_KEYS
         absent = _absent(self.blob, k)
-        order = np.cumsum(absent)  # new keys among the first i + 1
-        lo, hi = 0, int(order[-1])
-        if not hi:
-            return len(k)
-        add_all = k[absent].view(np.uint64) ^ SIGN
-        if _merged_bytes(self.blob, add_all, hi) <= max_bytes:
-            return len(k)  # the usual case: all fit, one pass instead of a search's log2(new) passes
-        hi -= 1
+        new_all = k[absent].view(np.uint64) ^ SIGN
+        hi = len(new_all)
+        if not hi or _merged_bytes(self.blob, new_all, hi) <= max_bytes:
+            return len(k), new_all  # the usual case: all fit, one pass instead of a search's log2(new) passes
+        lo, hi = 0, hi - 1
         while lo < hi:  # most new keys that fit (the size grows with them)
             mid = (lo + hi + 1) // 2
-            add = k[absent][:mid].view(np.uint64) ^ SIGN
-            if _merged_bytes(self.blob, add, len(add)) <= max_bytes:
+            if _merged_bytes(self.blob, new_all[:mid], mid) <= max_bytes:
                 lo = mid
             else:
                 hi = mid - 1
-        if lo == int(order[-1]):
-            return len(k)
-        return int(np.searchsorted(order, lo + 1))  # keys before the first new key that does not fit
+        order = np.cumsum(absent)  # new keys among the first i + 1
+        return int(np.searchsorted(order, lo + 1)), new_all[:lo]  # keys before the first new key that does not fit
+
+    def add_within(self, keys: np.ndarray, max_bytes: int | None) -> int:
+        """Add the longest prefix of ``keys`` (sorted, unique) whose new arrays fit in ``max_bytes``.
+
+        One presence test serves the fit and the merge (:meth:`fit` then :meth:`add` make
+        two). ``None``: no limit. Returns how many of ``keys`` fitted (present ones included).
+        """
+        k = np.asarray(keys, dtype=np.int64)
+        if max_bytes is None:
+            n, new = len(k), (self._new(k) if len(k) else _NO_KEYS)
+        else:
+            n, new = self._fit(k, max_bytes)
+        if len(new):
+            self.blob, self.counts, _ = _rewrite(self.blob, self.counts, new, len(new), _ALL, False, True)
+        return n
 
     def add(self, keys: np.ndarray, rc: int = 0) -> int:
         """Add the values of ``keys`` not present (hit count 0); returns how many were new."""

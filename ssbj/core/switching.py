@@ -120,11 +120,9 @@ def cache_empties(op: SemiStreamJoin, keys: np.ndarray, unmatched: list[pa.Table
 
     Their other tuples in H_S cannot match either: they finish now, unmatched.
     """
-    limit = B.empties_room(op, keys)
-    keys = keys[:limit]
+    keys = keys[: op.cache.empties.add_within(keys, B.empties_room(op))]
     if not len(keys):
         return
-    op.cache.add_empties(keys, op._rc)
     op.interest.add(keys)
     if op.interest.overfull:
         op.rebuild_interest()

@@ -33,7 +33,11 @@ def _evicted(ref: dict[int, int], entry_cost: float, cycles: int) -> list[int]:
 
 
 @settings(max_examples=80, deadline=None)
-@given(batches=st.lists(st.tuples(st.sampled_from(["add", "drop", "evict", "hit", "fit", "save"]), _keys), max_size=25))
+@given(
+    batches=st.lists(
+        st.tuples(st.sampled_from(["add", "drop", "evict", "hit", "fit", "add_within", "save"]), _keys), max_size=25
+    )
+)
 def test_matches_a_dict(batches: list[tuple[str, list[int]]]) -> None:
     e = EmptySet()
     ref: dict[int, int] = {}  # key -> hits since the last eviction (saturating at 3)
@@ -65,6 +69,18 @@ def test_matches_a_dict(batches: list[tuple[str, list[int]]]) -> None:
             assert _packed_bytes(list(set(ref) | set(cand[:n]))) <= room
             if n < len(cand):
                 assert _packed_bytes(list(set(ref) | set(cand[: n + 1]))) > room
+        elif op == "add_within":  # fit and add in one: the prefix that fits is added, hits kept
+            cand = sorted(set(ks))
+            room = None if len(cand) % 3 == 0 else e.nbytes + 8 * len(cand)
+            n = e.add_within(np.array(cand, dtype=np.int64), room)
+            if room is None:
+                assert n == len(cand)
+            else:
+                assert _packed_bytes(list(set(ref) | set(cand[:n]))) <= room
+                if n < len(cand):
+                    assert _packed_bytes(list(set(ref) | set(cand[: n + 1]))) > room
+            for k in cand[:n]:
+                ref.setdefault(k, 0)
         elif op == "save":  # checkpoint and restore, both forms
             k, h = e.entries()
             packed = EmptySet()
