@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib.util
 import random
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -334,27 +336,41 @@ def test_master_changes_reach_the_complete_cache_within_one_r_cycle(
 
 
 # ---------------------------------------------------------------- R outgrows the budget
-def test_leaves_complete_mode_when_r_outgrows_the_budget() -> None:
+@dataclass
+class _Grown:
+    """What a run in which R grows 30-fold once the mode is complete recorded."""
+
+    op: SemiStreamJoin
+    peaks: list[float]
+    grown_at: int | None
+    left_at: int | None
+    hs_after_leaving: int
+
+
+def _grow_while_complete(
+    value_of: Callable[[random.Random], int], peak_of: Callable[[SemiStreamJoin, Any], float]
+) -> _Grown:
+    """Run 180 steps of 60 tuples; once complete, R grows 30-fold in every partition (values from ``value_of``).
+
+    Checks the tuples pushed from one R-cycle after the growth on against the batch join
+    (exact) and the totals; returns the run's record for the caller's own checks.
+    """
     rng = random.Random(5)
     master = RangeMaster(_master(rng, n=120, spacing=50), b=1000, k=6)
     schema = _stream(rng, 0, 1).schema
-    mschema = master.table().schema
     budget = 160_000
-    op = SemiStreamJoin(_spec(budget), master, schema, mschema)
+    op = SemiStreamJoin(_spec(budget), master, schema, master.table().schema)
     next_id = 0
     outputs: list[tuple[int, pa.Table, pa.Table]] = []
     pushed_at: dict[int, int] = {}
     batches: list[pa.Table] = []
-    grown_at = None
-    left_at = None
-    hs_after_leaving = 0
-    peaks: list[float] = []
+    run = _Grown(op, [], None, None, 0)
     for step in range(30 * 6):
-        if op.complete and grown_at is None:
-            for pk in range(6_000):  # R grows 30-fold in every partition, with values new to it
+        if op.complete and run.grown_at is None:
+            for pk in range(6_000):
                 if pk not in master.rows:
-                    master.rows[pk] = (rng.randrange(40, 160), f"g-{pk}")
-            grown_at = step
+                    master.rows[pk] = (value_of(rng), f"g-{pk}")
+            run.grown_at = step
         batch = _stream(rng, next_id, 60)
         batches.append(batch)
         for i in range(next_id, next_id + 60):
@@ -364,17 +380,15 @@ def test_leaves_complete_mode_when_r_outgrows_the_budget() -> None:
         res = op.step()
         outputs.append((step, res.enriched, res.unmatched))
         if res.metrics.step > 0:
-            peaks.append(res.metrics.memory.total / budget)
-        if grown_at is not None and left_at is None and not op.complete:
-            left_at = step
-        if left_at is not None:
-            hs_after_leaving = max(hs_after_leaving, op.hs_tuples)
-    assert grown_at is not None and left_at is not None and not op.complete
-    assert op._c.extra.get("complete_left", 0) >= 1 and hs_after_leaving > 0  # misses went to H_S again
-    assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
+            run.peaks.append(peak_of(op, res) / budget)
+        if run.grown_at is not None and run.left_at is None and not op.complete:
+            run.left_at = step
+        if run.left_at is not None:
+            run.hs_after_leaving = max(run.hs_after_leaving, op.hs_tuples)
+    assert run.grown_at is not None
     for r in op.drain():
         outputs.append((-1, r.enriched, r.unmatched))
-    late_ids = {i for i, s in pushed_at.items() if s >= grown_at + 6}
+    late_ids = {i for i, s in pushed_at.items() if s >= run.grown_at + 6}
     out, um = _late_output(outputs, late_ids)
     ids = pa.array(sorted(late_ids), pa.int64())
     late = pa.concat_tables([t.filter(pc.is_in(t.column("id"), ids)) for t in batches])
@@ -382,6 +396,15 @@ def test_leaves_complete_mode_when_r_outgrows_the_budget() -> None:
     assert out == batch_join(late, mt, "k", "key", ["pk", "v"])
     assert um == unmatched_reference(late, mt, "k", "key")
     _check_totals(op)
+    return run
+
+
+def test_leaves_complete_mode_when_r_outgrows_the_budget() -> None:
+    # R grows with values new to it
+    run = _grow_while_complete(lambda rng: rng.randrange(40, 160), lambda op, res: res.metrics.memory.total)
+    assert run.left_at is not None and not run.op.complete
+    assert run.op._c.extra.get("complete_left", 0) >= 1 and run.hs_after_leaving > 0  # misses went to H_S again
+    assert max(run.peaks) <= 1.05, f"peak {max(run.peaks):.3f}x the budget"
 
 
 # ---------------------------------------------------------------- the budget
@@ -580,46 +603,12 @@ def test_h_r_grown_under_cached_values_after_leaving_stays_within_the_budget() -
     emptied when its refresh does not fit (exact: an eviction). The probe's own temporaries
     (pairs of ~150 rows a tuple after the growth) are left out: they are not H_R's.
     """
-    rng = random.Random(5)
-    master = RangeMaster(_master(rng, n=120, spacing=50), b=1000, k=6)
-    schema = _stream(rng, 0, 1).schema
-    budget = 160_000
-    op = SemiStreamJoin(_spec(budget), master, schema, master.table().schema)
-    next_id = 0
-    outputs: list[tuple[int, pa.Table, pa.Table]] = []
-    pushed_at: dict[int, int] = {}
-    batches: list[pa.Table] = []
-    grown_at = None
-    peaks: list[float] = []
-    for step in range(30 * 6):
-        if op.complete and grown_at is None:
-            for pk in range(6_000):  # rows of the cached values (0-39), in every partition
-                if pk not in master.rows:
-                    master.rows[pk] = (rng.randrange(0, 40), f"g-{pk}")
-            grown_at = step
-        batch = _stream(rng, next_id, 60)
-        batches.append(batch)
-        for i in range(next_id, next_id + 60):
-            pushed_at[i] = step
-        next_id += 60
-        op.push(batch)
-        res = op.step()
-        outputs.append((step, res.enriched, res.unmatched))
-        mem = res.metrics.memory
-        if res.metrics.step > 0:  # (the probe's temporaries of a 50-fold many-to-many burst are not H_R's)
-            peaks.append((mem.total - op._transient) / budget)
-    assert grown_at is not None and op._c.extra.get("complete_left", 0) >= 1
-    assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
-    for r in op.drain():
-        outputs.append((-1, r.enriched, r.unmatched))
-    late_ids = {i for i, s in pushed_at.items() if s >= grown_at + 6}
-    out, um = _late_output(outputs, late_ids)
-    ids = pa.array(sorted(late_ids), pa.int64())
-    late = pa.concat_tables([t.filter(pc.is_in(t.column("id"), ids)) for t in batches])
-    mt = master.table()
-    assert out == batch_join(late, mt, "k", "key", ["pk", "v"])
-    assert um == unmatched_reference(late, mt, "k", "key")
-    _check_totals(op)
+    # rows of the cached values (0-39); the probe's temporaries of a 50-fold many-to-many burst are not H_R's
+    run = _grow_while_complete(
+        lambda rng: rng.randrange(0, 40), lambda op, res: res.metrics.memory.total - op._transient
+    )
+    assert run.op._c.extra.get("complete_left", 0) >= 1
+    assert max(run.peaks) <= 1.05, f"peak {max(run.peaks):.3f}x the budget"
 
 
 def test_fsm_rebuild_temporaries_are_reported_and_reserved() -> None:
