@@ -431,9 +431,9 @@ class EmptySet:
         """
         k = np.asarray(keys, dtype=np.int64)
         if max_bytes is None:
-            n, new = len(k), (self._new(k) if len(k) else _NO_KEYS)
-        else:
-            n, new = self._fit(k, max_bytes)
+            self.add(k)
+            return len(k)
+        n, new = self._fit(k, max_bytes)
         if len(new):
             self.blob, self.counts, _ = _rewrite(self.blob, self.counts, new, len(new), _ALL, False, True)
         return n
