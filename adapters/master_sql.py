@@ -208,11 +208,7 @@ class SqlMasterScan:
         col = t.c[page_column]
         if pk == [page_column]:
             return col
-        unique = any(idx.unique and [c.name for c in idx.columns] == [page_column] for idx in t.indexes) or any(
-            isinstance(con, sa.UniqueConstraint) and [c.name for c in con.columns] == [page_column]
-            for con in t.constraints
-        )
-        if not unique:
+        if not self._declared_unique(page_column):
             raise ConfigError(
                 f"page column {page_column!r} of master table {self._table_name!r} is neither the primary key "
                 "nor covered by a single-column unique index: rows could fall between partitions"
@@ -223,6 +219,23 @@ class SqlMasterScan:
                 "rows with NULL would be in no partition"
             )
         return col
+
+    def _declared_unique(self, name: str) -> bool:
+        """Whether the database enforces ``name`` unique: the primary key, a one-column unique index or constraint."""
+        t = self._sa_table
+        if [c.name for c in t.primary_key.columns] == [name]:
+            return True
+        return any(idx.unique and [c.name for c in idx.columns] == [name] for idx in t.indexes) or any(
+            isinstance(con, sa.UniqueConstraint) and [c.name for c in con.columns] == [name] for con in t.constraints
+        )
+
+    def key_unique(self, column: str) -> bool:
+        """Whether the database enforces ``column`` unique (:class:`ssbj.contracts.MasterKeyUnique`).
+
+        From the table's reflected constraints only, never from the rows: a constraint holds
+        for every row inserted while the scan runs, a look at today's rows does not.
+        """
+        return column in self._sa_table.c and self._declared_unique(column)
 
     def _arrow_schema(self) -> pa.Schema:
         fields = []

@@ -131,6 +131,22 @@ class MasterResident(Protocol):
         ...
 
 
+@runtime_checkable
+class MasterKeyUnique(Protocol):
+    """A master scan that can vouch for its key: at most one row per key value.
+
+    Optional. ``True`` only when the source itself guarantees it for as long as it is
+    scanned (a primary key or a UNIQUE constraint on exactly that column, or rows held in
+    memory and checked). SSBJ then knows ``m <= 1`` without counting it and decides the
+    cache inequality at a value's row in any R-cycle (:mod:`ssbj.core.switching`). A wrong
+    ``True`` breaks exactness, so it must never be a guess.
+    """
+
+    def key_unique(self, column: str) -> bool:
+        """Whether ``column`` holds every non-NULL value at most once."""
+        ...
+
+
 PARTITION_COLUMN = "__ssbj_partition"
 """Column a :class:`MasterLookup` adds to each row: the index of the scan partition holding it."""
 

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 INCREMENTING = 1
 SWITCHING = 2
+UNIQUE_ELIGIBLE = 1 << 40  # eligibility bound that admits every candidate (unique key)
 _ALL_VALID = np.zeros(0, dtype=bool)  # a validity array of no rows: every key is valid
 
 
@@ -169,7 +170,8 @@ def disk_probe(
                     if st_pay[j, ST_DECIDED] != rc:
                         # first master tuple of the value in this R-cycle: decide once
                         st_pay[j, ST_DECIDED] = rc
-                        m_cache = st_pay[j, ST_ROWS] * row_cost + entry_cost
+                        # (a value met here has a row: a unique key's s_count is never counted)
+                        m_cache = max(st_pay[j, ST_ROWS], 1) * row_cost + entry_cost
                         if st_pay[j, ST_SINCE] <= eligible_before and n * tuple_cost > switch_factor * m_cache:
                             st_pay[j, ST_SWITCH] = 1
                     if st_pay[j, ST_SWITCH] == 1:
@@ -343,8 +345,9 @@ def disk_phase(
     tracked = op.stats.size
     refresh = acc.refresh
     tuple_cost, row_cost, entry_cost = acc.costs
-    # tracked since the first step of the incrementing R-cycle (rc - 1) or before
-    eligible = 2 * (op._rc - 1) if fsm == 2 else -1
+    # tracked since the first step of the incrementing R-cycle (rc - 1) or before; with a
+    # unique key m = 1 is known, so any candidate decides at its row
+    eligible = (UNIQUE_ELIGIBLE if op._unique else 2 * (op._rc - 1)) if fsm == SWITCHING else -1
     pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
         mk.values,
         mk.valid,

@@ -23,6 +23,7 @@ class ArrowMaster:
             raise ConfigError(f"partition_rows (b) must be >= 1, got {partition_rows}")
         self._table = plain_table(table)
         self._b = partition_rows
+        self._unique: dict[str, bool] = {}
 
     @property
     def partition_rows(self) -> int:
@@ -42,6 +43,17 @@ class ArrowMaster:
     def num_partitions(self) -> int:
         """K = ceil(R_t / b), at least 1 so an empty R still has R-cycles."""
         return max(1, -(-int(self._table.num_rows) // self._b))
+
+    def key_unique(self, column: str) -> bool:
+        """Whether ``column`` holds each non-NULL value once (:class:`ssbj.contracts.MasterKeyUnique`).
+
+        Checked on the rows themselves, once: the table never changes.
+        """
+        if column not in self._unique:
+            col = self._table.column(column)
+            distinct = pc.count_distinct(col, mode="only_valid").as_py()
+            self._unique[column] = distinct == len(col) - col.null_count
+        return self._unique[column]
 
     def read_partition(self, p: int) -> pa.Table:
         """Slice ``p`` of R."""

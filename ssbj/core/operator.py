@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssbj.contracts import OperatorTotals
+from ssbj.contracts import MasterKeyUnique, OperatorTotals
 from ssbj.core import budget as B
 from ssbj.core import cachephase as CP
 from ssbj.core import complete as CC
@@ -127,6 +127,15 @@ class SemiStreamJoin:
             else 0
         )
         self._use_cache = spec.algorithm == "ssbj"
+        # m <= 1 known from the master: every R-cycle switches (exact keys only: a hashed
+        # key could collide, and two values under one code would break the single row)
+        self._unique = (
+            self._use_cache
+            and spec.unique_key_switch
+            and is_exact(self._family)
+            and isinstance(master, MasterKeyUnique)
+            and master.key_unique(spec.master_key)
+        )
         key_width = 8 if self._store_key or key_type.bit_width < 8 else key_type.bit_width // 8
         self._key_overhead = 8 if self._store_key else 8 - key_width
         self.lookup_ok = LP.supports_lookup(master)  # (a protocol isinstance check costs ~8 us a step)
@@ -326,14 +335,21 @@ class SemiStreamJoin:
 
     @property
     def fsm_code(self) -> int:
-        """1 incrementing, 2 switching, 0 phase-out, 3 take-all, 4 complete; -1 MESHJOIN or before R-cycle 1."""
+        """1 incrementing, 2 switching, 0 phase-out, 3 take-all, 4 complete; -1 MESHJOIN or before R-cycle 1.
+
+        With a unique master key every R-cycle is a switching one (``JoinSpec.unique_key_switch``).
+        """
         if not self._use_cache or self._rc == 0:
             return -1
         if self._complete:
             return CC.COMPLETE
         if self._take_all:
             return CC.TAKE_ALL
-        return self._rc % 3
+        return DP.SWITCHING if self._unique else self._rc % 3
+
+    def _phase_out_now(self) -> bool:
+        """Whether this R-cycle start is a phase-out (s_B moves into H_R)."""
+        return self._rc >= 2 if self._unique else self._rc % 3 == 0
 
     @property
     def complete(self) -> bool:
@@ -385,12 +401,13 @@ class SemiStreamJoin:
                     self._rc,
                 )
                 self._c.evicted += len(evicted) + n_empty
-            switching = self.stats.switching() if self._rc % 3 == 0 else np.zeros(0, np.int64)
+            phase_out = self._phase_out_now()
+            switching = self.stats.switching() if phase_out else np.zeros(0, np.int64)
             if len(evicted) or len(switching):
                 SW.rebuild_hr(self, evicted, switching)
             if len(switching):  # phase-out: MOVE all tuples from s_B to H_R
                 SW.switch_in(self, switching, pairs, unmatched)
-            if self._rc % 3 == 0:
+            if phase_out:
                 self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
                 self.stats.reset_s_count()
             CC.next_mode(self, resident)

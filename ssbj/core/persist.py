@@ -109,6 +109,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
     manifest: dict[str, Any] = {
         "version": VERSION,
         "spec": _spec_of(op),
+        "unique_key": op._unique,
         "step": op._step,
         "rc": op._rc,
         "p": op._p,
@@ -185,6 +186,12 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         )
     if m["spec"] != _spec_of(op):
         raise CheckpointError(f"checkpoint was taken for {m['spec']}, not {_spec_of(op)}")
+    if m.get("unique_key", False) and not op._unique:
+        # s_B was filled as a unique key's (every R-cycle): Algorithm 1's cycles would add to it twice
+        raise CheckpointError(
+            "checkpoint was taken while the master key was unique (every R-cycle switching); "
+            "the master no longer vouches for it: start from an empty state"
+        )
     op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
     op._cycle_open = bool(m.get("cycle_open", op._p != 0))  # older checkpoints: the scan never idled
     op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ssbj.contracts import MasterScan
+from ssbj.contracts import MasterKeyUnique, MasterScan
 
 __all__ = ["WrappedScan"]
 
@@ -58,6 +58,10 @@ class WrappedScan:
         """Schema of the projected master columns (checkpointed scans only)."""
         schema: pa.Schema = getattr(self._scan, "schema")  # noqa: B009  (absent on plain scans)
         return schema
+
+    def key_unique(self, column: str) -> bool:
+        """Return the wrapped scan's :class:`ssbj.contracts.MasterKeyUnique` answer (``False`` without one)."""
+        return isinstance(self._scan, MasterKeyUnique) and self._scan.key_unique(column)
 
     def layout(self) -> dict[str, Any]:
         """Return the wrapped scan's layout (checkpointed scans only)."""

@@ -239,6 +239,10 @@ class ShardedArrowMaster:
         """Partition ``p`` of the share."""
         return self._inner.read_partition(p)
 
+    def key_unique(self, column: str) -> bool:
+        """Whether ``column`` is unique in the share (:class:`ssbj.contracts.MasterKeyUnique`)."""
+        return self._inner.key_unique(column)
+
     def resident_partition(self, p: int) -> pa.Table:
         """Partition ``p`` of the share, a zero-copy view (:class:`ssbj.contracts.MasterResident`)."""
         return self._inner.resident_partition(p)

@@ -73,6 +73,12 @@ class JoinSpec:
     (no master row as of the last read of its partition, at most one R-cycle old), and the
     disk phase only refreshes H_R, new values of R included. ``False``: values move into
     the cache one at a time through the switching FSM, as in Algorithm 1.
+
+    ``unique_key_switch`` (SSBJ): when the master vouches that its key is unique
+    (:class:`ssbj.contracts.MasterKeyUnique`, exact key types), every value has ``m <= 1``,
+    so no R-cycle is spent counting rows: every R-cycle is a switching R-cycle, a value
+    decides at its row, and its phase-out comes at the next R-cycle start (the cache
+    engages in the first R-cycle, not the third). ``False``: Algorithm 1's three R-cycles.
     """
 
     stream_key: str
@@ -91,6 +97,7 @@ class JoinSpec:
     r_filter: RFilterMode = "auto"
     disk_chunk_rows: int | None = None
     complete_cache: bool = True
+    unique_key_switch: bool = True
 
     def __post_init__(self) -> None:
         if self.r_filter not in ("off", "auto", "always"):

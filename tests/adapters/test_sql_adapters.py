@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import json
 import logging
+import random
 import uuid
 from collections import Counter
 from typing import Any
@@ -20,6 +21,7 @@ from ssbj.adapters.master_layout import decode_value, encode_value
 from ssbj.adapters.master_sql import SqlMasterScan
 from ssbj.contracts import CheckpointedMasterScan
 from ssbj.core import JoinSpec, SemiStreamJoin
+from ssbj.core.prefetch import PrefetchingScan
 from ssbj.errors import (
     CheckpointError,
     ConfigError,
@@ -290,3 +292,47 @@ def test_semi_stream_join_over_a_sql_master(engine: sa.Engine) -> None:
     for r in op.run(stream.to_batches(max_chunksize=50)):
         out += as_multiset(r.enriched)
     assert out == batch_join(stream, master, "sk", "k", ["name"])
+
+
+def test_key_unique_comes_from_the_tables_constraints(engine: sa.Engine) -> None:
+    name, _ = make_master(engine, 300)
+    scan = SqlMasterScan(engine, name, "id", 50)
+    assert scan.key_unique("id")  # the primary key
+    assert not scan.key_unique("k")  # repeated values, no constraint
+    with PrefetchingScan(scan, 1) as wrapped:
+        assert wrapped.key_unique("id")
+    other = unique("uniq")
+    t = sa.Table(
+        other,
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("u", sa.Integer, nullable=True),
+        sa.Column("v", sa.Integer, nullable=True),
+        sa.Index(f"ix_{other}_u", "u", unique=True),
+    )
+    with engine.begin() as conn:
+        t.create(conn)
+        conn.execute(sa.insert(t), [{"id": i, "u": i * 2, "v": i % 3} for i in range(20)])
+    scan2 = SqlMasterScan(engine, other, "u", 5)
+    assert scan2.key_unique("u")
+    assert not scan2.key_unique("v")
+
+
+def test_join_on_a_primary_key_switches_from_the_first_r_cycle(engine: sa.Engine) -> None:
+    name, _ = make_master(engine, 1500)
+    scan = SqlMasterScan(engine, name, "id", 100)
+    master = pa.concat_tables(all_partitions(scan))
+    ids = master.column("id").to_pylist()
+    weights = [1.0 / (r + 1) for r in range(len(ids))]
+    keys = random.Random(5).choices(ids, weights=weights, k=12_000)
+    stream = pa.table({"sid": list(range(len(keys))), "sk": pa.array(keys, pa.int64())})
+    spec = JoinSpec("sk", "id", ("name",), chunk_bytes=2_000)
+    op = SemiStreamJoin(spec, scan, stream.schema, scan.schema)
+    out: Counter[Any] = Counter()
+    first = 0
+    for r in op.run(stream.to_batches(max_chunksize=500)):
+        out += as_multiset(r.enriched)
+        if not first and op.totals()["switched_in"]:
+            first = op.r_cycle
+    assert out == batch_join(stream, master, "sk", "id", ["name"])
+    assert first == 2

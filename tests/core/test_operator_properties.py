@@ -17,6 +17,8 @@ from ssbj.core.checkpoint import DirectoryStore
 @st.composite
 def scenario(draw: Any) -> dict[str, Any]:
     master_keys, stream_keys = drifting_keys(draw)
+    if draw(st.booleans()):  # a unique master key: every R-cycle switches (JoinSpec.unique_key_switch)
+        master_keys = [k for i, k in enumerate(master_keys) if k is None or k not in master_keys[:i]]
     return {
         "master_keys": master_keys,
         "stream_keys": stream_keys,
