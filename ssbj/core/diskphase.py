@@ -164,7 +164,9 @@ def disk_probe(
             if j < 0 and not n:
                 j = kset_find(st_keys, st_used, key)
             if j >= 0:
-                if fsm == INCREMENTING:
+                if fsm == INCREMENTING or st_pay[j, ST_SINCE] > eligible_before:
+                    # (switching: a candidate not tracked through the last R-cycle counts
+                    # this one; the paper's FSM resets those counts at its phase-out)
                     st_pay[j, ST_ROWS] += 1
                 else:
                     if st_pay[j, ST_DECIDED] != rc:
@@ -172,7 +174,7 @@ def disk_probe(
                         st_pay[j, ST_DECIDED] = rc
                         # (a value met here has a row: a unique key's s_count is never counted)
                         m_cache = max(st_pay[j, ST_ROWS], 1) * row_cost + entry_cost
-                        if st_pay[j, ST_SINCE] <= eligible_before and n * tuple_cost > switch_factor * m_cache:
+                        if n * tuple_cost > switch_factor * m_cache:
                             st_pay[j, ST_SWITCH] = 1
                     if st_pay[j, ST_SWITCH] == 1:
                         if nsb == sb.shape[0]:

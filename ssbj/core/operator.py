@@ -345,11 +345,15 @@ class SemiStreamJoin:
             return CC.COMPLETE
         if self._take_all:
             return CC.TAKE_ALL
-        return DP.SWITCHING if self._unique else self._rc % 3
+        return DP.SWITCHING if self._per_value_fsm() else self._rc % 3
+
+    def _per_value_fsm(self) -> bool:
+        """Whether every R-cycle counts, decides and phases out (unique key or pipelined FSM)."""
+        return self._unique or self.spec.switching == "pipelined"
 
     def _phase_out_now(self) -> bool:
         """Whether this R-cycle start is a phase-out (s_B moves into H_R)."""
-        return self._rc >= 2 if self._unique else self._rc % 3 == 0
+        return self._rc >= 2 if self._per_value_fsm() else self._rc % 3 == 0
 
     @property
     def complete(self) -> bool:
@@ -409,7 +413,8 @@ class SemiStreamJoin:
                 SW.switch_in(self, switching, pairs, unmatched)
             if phase_out:
                 self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
-                self.stats.reset_s_count()
+                # pipelined: only the counts of candidates about to count a whole R-cycle restart
+                self.stats.reset_s_count(2 * (self._rc - 1) if self._per_value_fsm() else None)
             CC.next_mode(self, resident)
             self.rebuild_interest()
         B.adapt(self)

@@ -110,6 +110,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "version": VERSION,
         "spec": _spec_of(op),
         "unique_key": op._unique,
+        "per_value_fsm": op._per_value_fsm(),
         "step": op._step,
         "rc": op._rc,
         "p": op._p,
@@ -186,11 +187,13 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         )
     if m["spec"] != _spec_of(op):
         raise CheckpointError(f"checkpoint was taken for {m['spec']}, not {_spec_of(op)}")
-    if m.get("unique_key", False) and not op._unique:
-        # s_B was filled as a unique key's (every R-cycle): Algorithm 1's cycles would add to it twice
+    per_value = bool(m.get("per_value_fsm", m.get("unique_key", False)))
+    if per_value and not op._per_value_fsm():
+        # s_B was filled for a phase-out at the next R-cycle start: Algorithm 1's cycles would
+        # stop filling it or add to it twice
         raise CheckpointError(
-            "checkpoint was taken while the master key was unique (every R-cycle switching); "
-            "the master no longer vouches for it: start from an empty state"
+            "checkpoint was taken with a switching FSM per value (switching 'pipelined' or a unique master "
+            "key), not Algorithm 1's R-cycles: restore it with switching 'pipelined', or start from an empty state"
         )
     op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
     op._cycle_open = bool(m.get("cycle_open", op._p != 0))  # older checkpoints: the scan never idled
@@ -243,6 +246,8 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         int(m.get("st_peak", 0)),
         int(m.get("st_admit", 2)),
     )
+    if not per_value and op._per_value_fsm() and not op._unique:
+        op.stats.demote_undecided(op._rc)
     if "interest_bits" in arrays:  # the filter as saved: its size enters the budget of the next steps
         op.interest.load(arrays["interest_bits"], *m["interest"])
         if m.get("interest_mapping", 1) != INTEREST_MAPPING:  # same size, bits set by today's mapping

@@ -58,7 +58,10 @@ def step_metrics(
         r_cycle=op._rc,
         partition=p,
         partitions=op._k,
-        fsm_state=FSM_NAMES.get(fsm, "meshjoin" if not op._use_cache else "warm-up"),
+        # (every R-cycle counts, decides and phases out at once: one name for the three)
+        fsm_state="per-value"
+        if fsm == 2 and op._per_value_fsm()
+        else FSM_NAMES.get(fsm, "meshjoin" if not op._use_cache else "warm-up"),
         w=w_n + w_s + w_null,
         w_n=w_n,
         w_s=w_s,

@@ -17,6 +17,7 @@ MAX_STEP_TUPLES = 1 << 20  # most stream tuples one step reads when w comes from
 Algorithm = Literal["ssbj", "meshjoin"]
 Hybrid = Literal["off", "auto", "always"]
 RFilterMode = Literal["off", "auto", "always"]
+Switching = Literal["pipelined", "paper"]
 
 
 def master_output_names(stream_names: list[str], master_columns: list[str]) -> list[str]:
@@ -74,6 +75,13 @@ class JoinSpec:
     disk phase only refreshes H_R, new values of R included. ``False``: values move into
     the cache one at a time through the switching FSM, as in Algorithm 1.
 
+    ``switching`` (SSBJ): ``pipelined`` keeps the FSM per value (docs/architecture.md,
+    departure 13): every R-cycle counts the rows of the candidates admitted since the last
+    R-cycle start and decides the candidates counted through a whole R-cycle, and every
+    R-cycle start is a phase-out, so a value switches two to three R-cycles after its
+    admission; ``paper``: Algorithm 1's global incrementing, switching and phase-out R-cycles
+    (three to six R-cycles).
+
     ``unique_key_switch`` (SSBJ): when the master vouches that its key is unique
     (:class:`ssbj.contracts.MasterKeyUnique`, exact key types), every value has ``m <= 1``,
     so no R-cycle is spent counting rows: every R-cycle is a switching R-cycle, a value
@@ -98,12 +106,15 @@ class JoinSpec:
     disk_chunk_rows: int | None = None
     complete_cache: bool = True
     unique_key_switch: bool = True
+    switching: Switching = "pipelined"
 
     def __post_init__(self) -> None:
         if self.r_filter not in ("off", "auto", "always"):
             raise ConfigError(f"r_filter must be 'off', 'auto' or 'always', got {self.r_filter!r}")
         if self.hybrid not in ("off", "auto", "always"):
             raise ConfigError(f"hybrid must be 'off', 'auto' or 'always', got {self.hybrid!r}")
+        if self.switching not in ("pipelined", "paper"):
+            raise ConfigError(f"switching must be 'pipelined' or 'paper', got {self.switching!r}")
         if self.algorithm not in ("ssbj", "meshjoin"):
             raise ConfigError(f"algorithm must be 'ssbj' or 'meshjoin', got {self.algorithm!r}")
         if self.switch_factor <= 0:

@@ -154,9 +154,18 @@ class ValueStats:
         t = self.table
         self.meta[0] -= _gc(t.keys, t.used, t.payload, rc - 1)
 
-    def reset_s_count(self) -> None:
-        """RESET all s_count to 0 (start of the phase-out R-cycle)."""
-        self.table.payload[:, ST_ROWS] = 0
+    def reset_s_count(self, admitted_after: int | None = None) -> None:
+        """RESET s_count to 0: all (phase-out R-cycle start), or of the candidates admitted after ``admitted_after``.
+
+        The pipelined FSM (``JoinSpec.switching``) keeps the complete counts of the candidates
+        tracked through the whole last R-cycle (``ST_SINCE <= admitted_after``, decided in
+        this one) and restarts the partial counts of those admitted during it.
+        """
+        pay = self.table.payload
+        if admitted_after is None:
+            pay[:, ST_ROWS] = 0
+        else:
+            pay[pay[:, ST_SINCE] > admitted_after, ST_ROWS] = 0
 
     def prune_decided(self, rc: int) -> int:
         """At phase-out (``rc``): stop tracking candidates that are settled for this round.
@@ -175,6 +184,17 @@ class ValueStats:
         keys = t.keys[t.used & settled]
         self.delete(keys)
         return len(keys)
+
+    def demote_undecided(self, rc: int) -> None:
+        """Make the candidates not decided in R-cycle ``rc`` count again from the next R-cycle.
+
+        For a checkpoint of Algorithm 1's R-cycles restored into the pipelined FSM: a
+        candidate may already have met rows of ``rc`` without a decision (incrementing or
+        phase-out R-cycle), so deciding at its next row would put only part of its rows in s_B.
+        """
+        pay = self.table.payload
+        undecided = self.table.used & (pay[:, ST_SWITCH] == 0) & (pay[:, ST_DECIDED] != rc)
+        pay[undecided, ST_SINCE] = 2 * rc + 1
 
     def switching(self) -> np.ndarray:
         """Values whose rows are in s_B."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -122,11 +123,14 @@ def test_calibration_file_round_trip(tmp_path: Any) -> None:
 
 def test_step_metrics_report_prediction_and_components() -> None:
     stream, master = _zipf_data(2_000, 20_000)
-    spec = JoinSpec("sk", "mk", ("mid",), chunk_bytes=4_000)
+    spec = JoinSpec("sk", "mk", ("mid",), chunk_bytes=4_000, switching="paper")
     op = SemiStreamJoin(spec, ArrowMaster(master, 500), stream.schema, master.schema)
     ms = [r.metrics for r in op.run(stream.to_batches(max_chunksize=2_000))]
     assert all(m.c_loop_predicted > 0 and m.c_loop_measured > 0 for m in ms)
     assert {m.fsm_state for m in ms} >= {"incrementing", "switching", "phase-out"}
+    op = SemiStreamJoin(replace(spec, switching="pipelined"), ArrowMaster(master, 500), stream.schema, master.schema)
+    states = {r.metrics.fsm_state for r in op.run(stream.to_batches(max_chunksize=2_000))}
+    assert states == {"warm-up", "per-value"} or states == {"per-value"}
     last = ms[-1].to_dict()
     assert set(last["memory"]) >= {"h_s", "h_r", "queue", "disk_buffer", "switching_buffer", "total"}
     assert sum(m.w for m in ms) == stream.num_rows

@@ -32,6 +32,7 @@ def scenario(draw: Any) -> dict[str, Any]:
         "cut": draw(st.integers(0, 400)),
         "memory_budget": draw(st.one_of(st.none(), st.integers(1, 200_000))),
         "r_filter": draw(st.sampled_from(["auto", "always", "off"])),
+        "switching": draw(st.sampled_from(["pipelined", "paper"])),
     }
 
 
@@ -46,6 +47,7 @@ def _spec(sc: dict[str, Any]) -> JoinSpec:
         eviction_interval=sc["eviction_interval"],
         memory_budget=sc["memory_budget"],
         r_filter=sc["r_filter"],
+        switching=sc.get("switching", "pipelined"),
     )
 
 

@@ -69,7 +69,7 @@ def test_unique_key_switches_from_the_first_r_cycle_and_is_exact(budget: int | N
         assert out == want
         assert unmatched == want_unmatched
         assert op.waiting_tuples == 0
-    # the phase-out at the start of R-cycle 2 against Algorithm 1's at R-cycle 3
+    # the phase-out at the start of R-cycle 2 against R-cycle 3 (pipelined) or later
     assert firsts[True] == 2
     assert firsts[False] >= 3
 
@@ -112,7 +112,16 @@ def test_restore_needs_the_same_cycle_kind(tmp_path: Path) -> None:
     op.checkpoint(store, 1)
     with pytest.raises(CheckpointError, match="unique"):
         SemiStreamJoin.restore(
-            store, _spec(unique_key_switch=False), ArrowMaster(master, 100), stream.schema, master.schema
+            store,
+            _spec(unique_key_switch=False, switching="paper"),
+            ArrowMaster(master, 100),
+            stream.schema,
+            master.schema,
         )
+    # the pipelined FSM phases out at every R-cycle start too: it takes the state on
+    plain = SemiStreamJoin.restore(
+        store, _spec(unique_key_switch=False), ArrowMaster(master, 100), stream.schema, master.schema
+    )
+    assert not plain._unique
     restored = SemiStreamJoin.restore(store, _spec(), ArrowMaster(master, 100), stream.schema, master.schema)
     assert restored.r_cycle == op.r_cycle
