@@ -203,7 +203,7 @@ def test_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unmatched" in ssbj_line and "cache share" in ssbj_line and "service rate" in ssbj_line
     assert ssbj_line.split()[2] == mesh_line.split()[2]  # same enriched count
     assert sum("R-cycle" in line for line in lines) >= 4
-    assert any("incrementing" in line for line in lines)
+    assert any("per-value" in line for line in lines)  # the FSM state of every R-cycle (JoinSpec.switching)
 
 
 def test_demo_single_algorithm_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
