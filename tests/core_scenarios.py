@@ -7,11 +7,15 @@ test_budget_enforced.py), so that a scenario means the same in each.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from hypothesis import strategies as st
+
+from ssbj.core import SemiStreamJoin
+from ssbj.core.checkpoint import DirectoryStore
 
 KEY = st.one_of(st.none(), st.integers(0, 12))
 
@@ -56,3 +60,14 @@ def drifting(n_master: int, n_stream: int, seed: int = 3) -> tuple[pa.Table, pa.
         keys[sl] = rng.permutation(n_master)[ranks[sl]]
     stream = pa.table({"sid": np.arange(n_stream, dtype=np.int64), "sk": keys})
     return stream, master
+
+
+def checkpoint_after(op: SemiStreamJoin, stream: pa.Table, batch: int, steps: int, path: Path) -> DirectoryStore:
+    """Push ``stream`` in batches of ``batch`` rows, run ``steps`` steps, checkpoint ``op`` (id 1) under ``path``."""
+    for b in stream.to_batches(max_chunksize=batch):
+        op.push(b)
+    for _ in range(steps):
+        op.step()
+    store = DirectoryStore(path)
+    op.checkpoint(store, 1)
+    return store

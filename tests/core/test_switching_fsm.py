@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_scenarios import drifting, drifting_keys, key_tables
+from core_scenarios import checkpoint_after, drifting, drifting_keys, key_tables
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -103,12 +103,7 @@ def test_algorithm_1_checkpoint_restored_pipelined_is_exact(sc: dict[str, Any], 
 def test_pipelined_checkpoint_does_not_restore_into_algorithm_1(tmp_path: Path) -> None:
     stream, master = drifting(1_000, 20_000)
     op = SemiStreamJoin(_spec("pipelined"), ArrowMaster(master, 100), stream.schema, master.schema)
-    for b in stream.to_batches(max_chunksize=2_000):
-        op.push(b)
-    for _ in range(15):
-        op.step()
-    store = DirectoryStore(tmp_path / "ckpt")
-    op.checkpoint(store, 1)
+    store = checkpoint_after(op, stream, 2_000, 15, tmp_path / "ckpt")
     with pytest.raises(CheckpointError, match="pipelined"):
         SemiStreamJoin.restore(store, _spec("paper"), ArrowMaster(master, 100), stream.schema, master.schema)
     again = SemiStreamJoin.restore(store, _spec("pipelined"), ArrowMaster(master, 100), stream.schema, master.schema)

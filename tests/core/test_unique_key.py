@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from core_scenarios import checkpoint_after
 from reference import as_multiset, batch_join, unmatched_reference
 
 from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
-from ssbj.core.checkpoint import DirectoryStore
 from ssbj.errors import CheckpointError
 
 
@@ -104,12 +104,7 @@ def test_hashed_keys_keep_algorithm_1() -> None:
 def test_restore_needs_the_same_cycle_kind(tmp_path: Path) -> None:
     stream, master = _data(1_000, 6_000)
     op = SemiStreamJoin(_spec(), ArrowMaster(master, 100), stream.schema, master.schema)
-    for b in stream.to_batches(max_chunksize=500):
-        op.push(b)
-    for _ in range(25):
-        op.step()
-    store = DirectoryStore(tmp_path / "ckpt")
-    op.checkpoint(store, 1)
+    store = checkpoint_after(op, stream, 500, 25, tmp_path / "ckpt")
     with pytest.raises(CheckpointError, match="unique"):
         SemiStreamJoin.restore(
             store,
