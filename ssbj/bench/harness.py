@@ -52,6 +52,7 @@ from ssbj.core import (
     calibrate,
 )
 from ssbj.core.budget import breakdown
+from ssbj.core.spec import Switching
 from ssbj.errors import ConfigError
 from ssbj.planning import JoinSettings, plan_join
 
@@ -81,7 +82,7 @@ class RunConfig:
     switch_factor: float = 1.0
     refresh_cache: bool = True
     disk_chunk_rows: int | None = None  # the disk phase reads partitions in pieces of this many rows
-    switching: str = "pipelined"  # JoinSpec.switching (SSBJ's FSM: per value or Algorithm 1's R-cycles)
+    switching: Switching = "pipelined"  # JoinSpec.switching (SSBJ's FSM: per value or Algorithm 1's R-cycles)
 
 
 @dataclass
@@ -123,7 +124,7 @@ def _run(
         memory_budget=cfg.memory_budget,
         refresh_cache=cfg.refresh_cache,
         disk_chunk_rows=cfg.disk_chunk_rows,
-        switching=cfg.switching,  # type: ignore[arg-type]
+        switching=cfg.switching,
         # at least one stream tuple per step, however small the budget
         min_chunk_bytes=max(1, math.ceil(ds.v_s)),
     )

@@ -337,7 +337,7 @@ class SemiStreamJoin:
     def fsm_code(self) -> int:
         """1 incrementing, 2 switching, 0 phase-out, 3 take-all, 4 complete; -1 MESHJOIN or before R-cycle 1.
 
-        With a unique master key every R-cycle is a switching one (``JoinSpec.unique_key_switch``).
+        With the per-value FSM (``JoinSpec.switching``, or a unique master key) every R-cycle is a switching one.
         """
         if not self._use_cache or self._rc == 0:
             return -1

@@ -85,8 +85,9 @@ class JoinSpec:
     ``unique_key_switch`` (SSBJ): when the master vouches that its key is unique
     (:class:`ssbj.contracts.MasterKeyUnique`, exact key types), every value has ``m <= 1``,
     so no R-cycle is spent counting rows: every R-cycle is a switching R-cycle, a value
-    decides at its row, and its phase-out comes at the next R-cycle start (the cache
-    engages in the first R-cycle, not the third). ``False``: Algorithm 1's three R-cycles.
+    decides at its row whenever it became a candidate, and its phase-out comes at the next
+    R-cycle start (the cache engages at the start of R-cycle 2). ``False``: the FSM of
+    ``switching`` decides as for any key.
     """
 
     stream_key: str
