@@ -29,7 +29,7 @@ from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, store_append, take_all_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, kset_slot, mix
-from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH
+from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, since_mark, tracked_through
 from ssbj.core.hsindex import ix_find
 from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
 from ssbj.core.interest import interest_set, interest_test
@@ -349,7 +349,7 @@ def disk_phase(
     tuple_cost, row_cost, entry_cost = acc.costs
     # tracked since the first step of the incrementing R-cycle (rc - 1) or before; with a
     # unique key m = 1 is known, so any candidate decides at its row
-    eligible = (UNIQUE_ELIGIBLE if op._unique else 2 * (op._rc - 1)) if fsm == SWITCHING else -1
+    eligible = (UNIQUE_ELIGIBLE if op._unique else tracked_through(op._rc - 1)) if fsm == SWITCHING else -1
     pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
         mk.values,
         mk.valid,
@@ -373,7 +373,7 @@ def disk_phase(
         op.stats.meta,
         # when tracking began: 2 rc, + 1 past the R-cycle's first partition (a value is
         # admitted at its first row of a partition; rows of earlier partitions went uncounted)
-        2 * op._rc + (0 if p == 0 else 1),
+        since_mark(op._rc, p == 0),
         refresh,
         cache.index.keys,
         cache.index.used,

@@ -58,6 +58,16 @@ ST_SWITCH = 4  # 1 while the value's rows are collected in s_B
 ST_FIELDS = 5
 
 
+def since_mark(rc: int, at_first_step: bool) -> int:
+    """ST_SINCE of a candidate admitted in R-cycle ``rc``: 2·rc at its first step, 2·rc + 1 later."""
+    return 2 * rc + (0 if at_first_step else 1)
+
+
+def tracked_through(rc: int) -> int:
+    """Largest ST_SINCE of a candidate that met every partition of R-cycle ``rc`` (admitted by its first step)."""
+    return since_mark(rc, True)
+
+
 @njit(cache=True, nogil=True)
 def hs_insert(
     hix: np.ndarray,

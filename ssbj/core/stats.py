@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, KeyedTable, capacity_for, kset_delete, kset_find
-from ssbj.core.hs import ST_DECIDED, ST_FIELDS, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH
+from ssbj.core.hs import ST_DECIDED, ST_FIELDS, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, since_mark, tracked_through
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -179,7 +179,7 @@ class ValueStats:
         t = self.table
         pay = t.payload
         settled = (pay[:, ST_SWITCH] == 0) & (
-            (pay[:, ST_DECIDED] == rc - 1) | ((pay[:, ST_SINCE] <= 2 * (rc - 2)) & (pay[:, ST_ROWS] == 0))
+            (pay[:, ST_DECIDED] == rc - 1) | ((pay[:, ST_SINCE] <= tracked_through(rc - 2)) & (pay[:, ST_ROWS] == 0))
         )
         keys = t.keys[t.used & settled]
         self.delete(keys)
@@ -194,7 +194,7 @@ class ValueStats:
         """
         pay = self.table.payload
         undecided = self.table.used & (pay[:, ST_SWITCH] == 0) & (pay[:, ST_DECIDED] != rc)
-        pay[undecided, ST_SINCE] = 2 * rc + 1
+        pay[undecided, ST_SINCE] = since_mark(rc, at_first_step=False)
 
     def switching(self) -> np.ndarray:
         """Values whose rows are in s_B."""
