@@ -140,6 +140,16 @@ class Join(_Model):
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream tuples per step (w); default: derived from the memory budget"
     )
+    switching: Literal["pipelined", "paper"] = Field(
+        JoinSettings.switching,
+        description="SSBJ's switching FSM: pipelined (per value, a value decided in the R-cycle after its "
+        "tracking began) or paper (Algorithm 1's global incrementing, switching and phase-out R-cycles)",
+    )
+    unique_key_switch: bool = Field(
+        JoinSettings.unique_key_switch,
+        description="when the master vouches that its key is unique (a primary key), decide each value in one "
+        "R-cycle without counting rows; false: use `switching` as for any key",
+    )
     placement: Literal["driver", "executors"] = Field(
         "driver",
         description="where the join runs: one operator on the Spark driver, or P shards in the executors",
@@ -236,6 +246,8 @@ class JobConfig(EnrichmentJobBase):
             switch_factor=j.switch_factor,
             eviction_interval=j.eviction_interval,
             hybrid=j.hybrid,
+            switching=j.switching,
+            unique_key_switch=j.unique_key_switch,
             partition_rows=m.partition_rows,
             step_rows=j.step_rows,
             prefetch=m.prefetch,

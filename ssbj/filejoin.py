@@ -250,6 +250,8 @@ def cmd_join(args: argparse.Namespace) -> int:
         algorithm=args.algorithm,
         memory_budget=budget,
         switch_factor=args.switch_factor,
+        switching=args.switching,
+        unique_key_switch=args.unique_key_switch,
         disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
     )
     joined = plan_join(settings, v_s, master.num_rows, v_r, model)
@@ -284,6 +286,7 @@ def cmd_join(args: argparse.Namespace) -> int:
             "memory_plan": _plan_dict(plan, budget, v_s, v_r),
             "memory": {"budget_bytes": budget, "end": op.memory().to_dict(), "peak": stats.peak},
             "c_loop": stats.c_loop_summary(),
+            "switching": {"fsm": args.switching, "unique_key": op.unique_key},
             "bound": _bound_report(sample, master, args.master_key, budget, v_s, v_r, model, stats, args.algorithm),
         }
         print(json.dumps(json_safe(report), indent=2, allow_nan=False))
@@ -412,6 +415,18 @@ def add_file_commands(sub: Any) -> None:
         help=f"stream rows per arriving batch (default {DEFAULT_BATCH_ROWS:,})",
     )
     join.add_argument("--switch-factor", type=float, default=1.0, help="cache switch factor s_f (default 1.0)")
+    join.add_argument(
+        "--switching",
+        choices=("pipelined", "paper"),
+        default="pipelined",
+        help="SSBJ's switching FSM: per value (pipelined, default) or Algorithm 1's global R-cycles (paper)",
+    )
+    join.add_argument(
+        "--no-unique-key-switch",
+        dest="unique_key_switch",
+        action="store_false",
+        help="count rows even when the master's key is unique (by default such values are decided in one R-cycle)",
+    )
     join.add_argument("--calibration", help="cost-model constants (JSON from CostConstants.save)")
     join.set_defaults(handler=lambda a, _extra: cmd_join(a))
 

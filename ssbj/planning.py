@@ -16,7 +16,7 @@ import pyarrow as pa
 from ssbj.core.costmodel import CostModel, MemoryPlan, plan_memory
 from ssbj.core.keys import check_compatible, key_family
 from ssbj.core.rowsize import row_nbytes
-from ssbj.core.spec import MAX_STEP_TUPLES, JoinSpec
+from ssbj.core.spec import MAX_STEP_TUPLES, JoinSpec, Switching
 from ssbj.errors import ConfigError, InputError
 from ssbj.units import parse_size
 
@@ -83,6 +83,8 @@ class JoinSettings:
     step_rows: int | None = None
     prefetch: int = 0  # master partitions read ahead (ssbj.core.prefetch): the planner reserves their buffers
     hybrid: Literal["off", "auto", "always"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
+    switching: Switching = "pipelined"  # SSBJ's switching FSM: per value, or Algorithm 1's global R-cycles
+    unique_key_switch: bool = True  # a master that vouches for a unique key decides in one R-cycle
     # the master can hand partitions out in pieces (ssbj.contracts.MasterChunks: in-memory
     # Arrow): the planner sizes the disk buffer as one piece, and b for time alone
     disk_chunks: bool = False
@@ -113,6 +115,8 @@ def join_spec(settings: JoinSettings, chunk_bytes: int, disk_chunk_rows: int | N
         switch_factor=s.switch_factor,
         eviction_interval=s.eviction_interval,
         hybrid=s.hybrid,
+        switching=s.switching,
+        unique_key_switch=s.unique_key_switch,
         chunk_bytes=max(1, chunk_bytes),
         memory_budget=None if s.step_rows else s.memory_budget,
         max_step_tuples=s.step_rows or MAX_STEP_TUPLES,

@@ -11,6 +11,7 @@ from ssbj.cli import main
 from ssbj.config import load_config, parse_config
 from ssbj.credentials import database_url, kafka_bootstrap, kafka_client_options
 from ssbj.errors import ConfigError
+from ssbj.planning import plan_join
 
 
 def _base(**over: Any) -> dict[str, Any]:
@@ -43,6 +44,16 @@ def test_valid_file_gives_typed_settings() -> None:
 
 
 @pytest.mark.parametrize(
+    ("join", "fsm", "unique"),
+    [({}, "pipelined", True), ({"switching": "paper", "unique_key_switch": False}, "paper", False)],
+)
+def test_switching_settings_reach_the_operator_spec(join: dict[str, Any], fsm: str, unique: bool) -> None:
+    cfg = parse_config(_base(join={"stream_key": "k", **join}))
+    spec = plan_join(cfg.join_settings(), 32.0, 100_000, 40.0).spec
+    assert (spec.switching, spec.unique_key_switch) == (fsm, unique)
+
+
+@pytest.mark.parametrize(
     ("change", "expected"),
     [
         ({"source": {"kind": "kafak"}}, "source: Input tag 'kafak'"),
@@ -57,6 +68,7 @@ def test_valid_file_gives_typed_settings() -> None:
         ({"schema": {"k": "int64", "ssbj_batch_id": "int64"}}, "reserved prefix ssbj_"),
         ({"surprise": 1}, "surprise: Extra inputs are not permitted"),
         ({"join": {"stream_key": "k", "exchange": "read"}}, "join.exchange: read needs a Kafka source"),
+        ({"join": {"stream_key": "k", "switching": "global"}}, "join.switching: Input should be 'pipelined' or"),
     ],
 )
 def test_errors_name_the_field_and_the_allowed_values(change: dict[str, Any], expected: str) -> None:

@@ -50,7 +50,7 @@ from ssbj.core.arrowtypes import plain_schema
 from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
-from ssbj.core.hs import StreamTable
+from ssbj.core.hs import StreamTable, tracked_through
 from ssbj.core.interest import EMPTY_GROWTH, Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
@@ -220,6 +220,11 @@ class SemiStreamJoin:
         self._c.tuples_in += n
         self._buffer.append(Buffered(table, keys, rb))
         self._buffer_bytes += int(rb.sum())
+
+    @property
+    def unique_key(self) -> bool:
+        """Whether values are decided in one R-cycle (``unique_key_switch`` and a master that vouches)."""
+        return self._unique
 
     @property
     def buffered_tuples(self) -> int:
@@ -414,7 +419,7 @@ class SemiStreamJoin:
             if phase_out:
                 self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
                 # pipelined: only the counts of candidates about to count a whole R-cycle restart
-                self.stats.reset_s_count(2 * (self._rc - 1) if self._per_value_fsm() else None)
+                self.stats.reset_s_count(tracked_through(self._rc - 1) if self._per_value_fsm() else None)
             CC.next_mode(self, resident)
             self.rebuild_interest()
         B.adapt(self)

@@ -135,6 +135,24 @@ def test_stats_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     check_reconciles(report, out)
 
 
+@pytest.mark.parametrize(
+    ("flags", "fsm", "unique"),
+    [((), "pipelined", True), (("--switching", "paper", "--no-unique-key-switch"), "paper", False)],
+)
+def test_join_switching_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], fsm: str, unique: bool
+) -> None:
+    stream, master = make_tables()
+    master = master.take([*range(300), 350])  # a unique key (and one NULL): the master vouches for it
+    s, m = write_parquet(tmp_path, stream, master)
+    out = tmp_path / "out.parquet"
+    report = run_stats(capsys, [*join_args(s, m, out, "--stats"), *flags])
+    assert report["switching"] == {"fsm": fsm, "unique_key": unique}
+    assert as_multiset(pq.read_table(out)) == batch_join(stream, master, "sk", "mk", MASTER_COLS)
+    check_reconciles(report, out)
+    assert report["totals"]["served_by_cache"] > 0
+
+
 def test_subprocess_module_entry(tmp_path: Path) -> None:
     stream, master = make_tables(n_stream=2000)
     s, m = write_parquet(tmp_path, stream, master)
