@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from numba import njit
 
 from ssbj.core.empties import EmptySet
-from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_find
+from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_delete_keys, kset_find, kset_rehash
 from ssbj.core.hrmerge import merge_runs, reorder_column
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
@@ -207,6 +207,19 @@ class Cache:
         Values in ``cached_after`` that end with no row become empty entries.
         """
         ix = self.index
+        added = len(add_keys) > 0
+        if keep_src_not is None and not beside and not (len(drop) and added):
+            # a switch-in or an eviction alone keeps every other run as it is: no merge
+            if added and not np.isin(add_keys, ix.keys[ix.used]).any():
+                assert add is not None  # noqa: S101  (rows come with their keys)
+                self._append(add, add_keys, add_src, rc)
+                self._finish_rebuild(cached_after, rc)
+                return
+            if not added:
+                if len(drop):
+                    self._drop(drop)
+                self._finish_rebuild(cached_after, rc)
+                return
         dropped = ix.used & np.isin(ix.keys, drop) if len(drop) else np.zeros(0, np.bool_)
         drop_src = -1 if keep_src_not is None else int(keep_src_not)
         order, src, uniq, pay, peak, runs = merge_runs(
@@ -228,13 +241,95 @@ class Cache:
         ix.load(uniq, pay, capacity_for(len(uniq), INDEX_LOAD))
         transient = max(peak, runs + old_ix) + beside  # (the old index beside the new)
         self.last_transient = max(self.last_transient, transient)
+        self._finish_rebuild(cached_after, rc)
+
+    def _finish_rebuild(self, cached_after: np.ndarray | None, rc: int) -> None:
+        """Values of ``cached_after`` left without rows become empty entries; values with rows leave the empties."""
+        ix = self.index
+        with_rows = ix.keys[ix.used]
         if cached_after is not None and len(cached_after):
-            gone = np.setdiff1d(cached_after, uniq)
-            self.add_empties(gone, rc)
-        if len(uniq):
-            self._drop_empties(uniq)
+            self.add_empties(np.setdiff1d(cached_after, with_rows), rc)
+        if len(with_rows) and self.empties.size:
+            self._drop_empties(with_rows)
         self.cnt_src = np.bincount(self.src, minlength=len(self.cnt_src)).astype(np.int64)
         self.version += 1
+
+    def _append(self, add: pa.Table, add_keys: np.ndarray, add_src: np.ndarray, rc: int) -> None:
+        """Add the rows of values not cached yet after the old ones, one run per value (key, then partition).
+
+        The old runs stay in place (the rows are then not in value order, which the merge
+        handles): the extra memory is the added rows' order, one new column at a time and
+        the index rebuilt beside the old one, where the merge also holds the order of every
+        row and the column merged twice.
+        """
+        ix = self.index
+        keys = np.asarray(add_keys, np.int64)
+        tags = np.asarray(add_src, np.int32)
+        perm = np.lexsort((tags, keys))  # as hrmerge orders added rows (stable: read order within a partition)
+        skeys = keys[perm]
+        uniq, first, counts = np.unique(skeys, return_index=True, return_counts=True)
+        small = 2 * perm.nbytes + skeys.nbytes + uniq.nbytes + first.nbytes + counts.nbytes  # (perm as Arrow too)
+        take = pa.array(perm)
+        peak = 0
+        for c in range(len(self.columns)):
+            extra = add.column(c).take(take).combine_chunks()
+            new = pa.concat_arrays([self.columns[c], extra])
+            peak = max(peak, int(2 * extra.nbytes + new.nbytes))  # (a chunked take, then its combined copy)
+            self.columns[c] = new
+            del extra, new
+        del take
+        src = np.concatenate([self.src, tags[perm]])
+        peak = max(peak, int(src.nbytes + 4 * len(perm)))
+        self.src = src
+        self._rows_gen += 1
+        pay = np.zeros((len(uniq), ix.nfields), np.int32)
+        pay[:, HR_START] = self.rows - len(perm) + first
+        pay[:, HR_LEN] = counts
+        pay[:, HR_SINCE] = rc
+        index = pay.nbytes
+        need = capacity_for(ix.size + len(uniq), INDEX_LOAD)
+        if need > ix.cap:  # grown by a rehash of the old table into the new (the old one beside it)
+            index += ix.nbytes
+            ix.resize(need)
+        kset_rehash(uniq, np.ones(len(uniq), np.bool_), pay, ix.keys, ix.used, ix.payload)  # (new keys: inserts)
+        ix.size += len(uniq)
+        self.last_transient = max(self.last_transient, small + max(peak, index))
+
+    def _drop(self, drop: np.ndarray) -> None:
+        """Remove the runs of the values ``drop``; the others keep their order, moved up over the gaps."""
+        ix = self.index
+        gone = ix.used & np.isin(ix.keys, drop)
+        rows = self.rows
+        # +1 at a dropped run's start, -1 past its end: the running sum marks dropped rows
+        mark = np.zeros(rows + 1, np.int32)
+        starts = ix.payload[gone, HR_START]
+        np.add.at(mark, starts, 1)
+        np.add.at(mark, starts + ix.payload[gone, HR_LEN], -1)
+        keep = np.cumsum(mark[:rows], dtype=np.int32) == 0
+        prep = mark.nbytes + 4 * rows + keep.nbytes
+        del mark
+        before = np.zeros(rows + 1, np.int32)  # dropped rows before each row
+        np.cumsum(~keep, dtype=np.int32, out=before[1:])
+        stay = ix.used & ~gone
+        moved = ix.payload[stay, HR_START]
+        ix.payload[stay, HR_START] = moved - before[moved]
+        held = gone.nbytes + stay.nbytes + keep.nbytes
+        prep = max(prep, held + before.nbytes + rows + 2 * moved.nbytes)  # (~keep; the starts and their shifts)
+        del before, moved, stay
+        # deleted in place (the freed slots take the next switch-in's values): no second index
+        ix.size -= kset_delete_keys(ix.keys, ix.used, ix.payload, ix.keys[gone])
+        mask = pa.array(keep)
+        peak = 0
+        for c in range(len(self.columns)):
+            new = self.columns[c].filter(mask)
+            peak = max(peak, int(new.nbytes))
+            self.columns[c] = new
+            del new
+        src = self.src[keep]
+        peak = max(peak, int(src.nbytes))
+        self.src = src
+        self._rows_gen += 1
+        self.last_transient = max(self.last_transient, max(prep, held + int(mask.nbytes) + peak))
 
     def _drop_empties(self, keys: np.ndarray) -> None:
         self.empties.drop(keys)

@@ -100,6 +100,20 @@ def kset_delete(keys: np.ndarray, used: np.ndarray, payload: np.ndarray, i: int)
 
 
 @njit(cache=True)
+def kset_delete_keys(
+    keys: np.ndarray, used: np.ndarray, payload: np.ndarray, gone: np.ndarray
+) -> int:  # pragma: no cover
+    """Remove every key of ``gone`` present; return how many were."""
+    n = 0
+    for t in range(gone.shape[0]):
+        i = kset_find(keys, used, gone[t])
+        if i >= 0:
+            kset_delete(keys, used, payload, i)
+            n += 1
+    return n
+
+
+@njit(cache=True)
 def kset_rehash(
     keys: np.ndarray, used: np.ndarray, payload: np.ndarray, nkeys: np.ndarray, nused: np.ndarray, npay: np.ndarray
 ) -> None:  # pragma: no cover

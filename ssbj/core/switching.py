@@ -81,6 +81,9 @@ def rebuild_hr(op: SemiStreamJoin, evicted: np.ndarray, switching: np.ndarray) -
     src = np.concatenate([s for _, _, s, _ in op._sb]) if op._sb else np.zeros(0, np.int32)
     after = np.concatenate([op.cache.index.keys[op.cache.index.used], switching])
     after = after[~np.isin(after, evicted)]
+    if len(evicted) and len(keys):  # apart, neither needs the merge of every row (Cache.rebuild)
+        op.cache.rebuild(evicted, None, np.zeros(0, np.int64), np.zeros(0, np.int32), op._rc)
+        evicted = np.zeros(0, np.int64)
     op.cache.rebuild(evicted, table, keys, src, op._rc, cached_after=after)
     op._sb = []
     op._sb_bytes = 0

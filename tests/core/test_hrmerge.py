@@ -1,8 +1,9 @@
-"""H_R's rebuild by merging runs (ssbj.core.hrmerge) against a plain reference: a stable sort of every row.
+"""H_R's rebuild (merged runs, or a switch-in or eviction alone in place) against a plain reference.
 
 The reference keeps the rows of values not dropped and not read from the refreshed partition,
 appends the added rows, and sorts all of them by (value, partition) with a stable sort
-(read order kept): the rows, their order, their tags and the index's runs must agree.
+(read order kept): each value's run (its rows, their order and tags) and the index's runs
+must agree. Runs themselves may come in any order: a switch-in alone appends its values'.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ def state(cache: Cache) -> tuple[list[tuple[Any, ...]], list[int]]:
     return list(zip(*[t.column(c).to_pylist() for c in COLS], strict=True)), cache.src.tolist()
 
 
+def by_value(rows_src: tuple[list[tuple[Any, ...]], list[int]]) -> dict[Any, list[tuple[Any, ...]]]:
+    """Each value's (row, tag) pairs in row order: runs compared whatever order they come in."""
+    out: dict[Any, list[tuple[Any, ...]]] = {}
+    for row, tag in zip(*rows_src, strict=True):
+        out.setdefault(row[0], []).append((row, tag))
+    return out
+
+
 def check_runs(cache: Cache) -> None:
     """Every cached value's run is exactly its rows, and the runs cover all rows."""
     ix = cache.index
@@ -77,9 +86,14 @@ rows_st = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 3)), max_size=40
     second=rows_st,
     drop=st.sets(st.integers(0, 12), max_size=4),
     drop_src=st.sampled_from([None, 0, 2]),
+    third=rows_st,
 )
 def test_rebuild_matches_a_stable_sort_of_every_row(
-    first: list[tuple[int, int]], second: list[tuple[int, int]], drop: set[int], drop_src: int | None
+    first: list[tuple[int, int]],
+    second: list[tuple[int, int]],
+    drop: set[int],
+    drop_src: int | None,
+    third: list[tuple[int, int]],
 ) -> None:
     cache = Cache(LAYOUT, "int")
     cache.set_partitions(4)
@@ -88,8 +102,8 @@ def test_rebuild_matches_a_stable_sort_of_every_row(
     a = rows_of([k for k, _ in first], [s for _, s in first], 1)
     a_src = np.array([s for _, s in first], np.int32)
     cache.rebuild(np.zeros(0, np.int64), a, a.column("k").to_numpy(), a_src, 1)
-    want_rows, want_src = reference(rows_of([], [], 0), np.zeros(0, np.int32), set(), -1, a, a_src)
-    assert state(cache) == (want_rows, want_src)
+    want = reference(rows_of([], [], 0), np.zeros(0, np.int32), set(), -1, a, a_src)
+    assert by_value(state(cache)) == by_value(want)
     check_runs(cache)
 
     old, old_src = cache.table(), cache.src.copy()
@@ -97,15 +111,25 @@ def test_rebuild_matches_a_stable_sort_of_every_row(
     b_src = np.array([s for _, s in second], np.int32)
     dropped = np.array(sorted(drop), np.int64)
     cache.rebuild(dropped, b, b.column("k").to_numpy(), b_src, 2, keep_src_not=drop_src)
-    want_rows, want_src = reference(old, old_src, drop, -1 if drop_src is None else drop_src, b, b_src)
-    assert state(cache) == (want_rows, want_src)
+    want = reference(old, old_src, drop, -1 if drop_src is None else drop_src, b, b_src)
+    assert by_value(state(cache)) == by_value(want)
     check_runs(cache)
     assert np.array_equal(cache.cnt_src, np.bincount(cache.src, minlength=4))
     # values new in this rebuild start their hit count now; values that stayed keep theirs
     ix = cache.index
     since = {int(ix.keys[j]): int(ix.payload[j, HR_SINCE]) for j in np.flatnonzero(ix.used)}
     assert since == {k: 1 if k in {r[0] for r in first} else 2 for k in since}
-    assert cache.last_transient > 0
+    assert cache.last_transient > 0 or not (first or second)
+
+    # then a merge (a refresh of partition 3) over runs that may no longer be in value order
+    old, old_src = cache.table(), cache.src.copy()
+    third = sorted(third, key=lambda r: r[1])
+    c = rows_of([k for k, _ in third], [3] * len(third), 3)
+    c_src = np.full(len(third), 3, np.int32)
+    cache.rebuild(np.zeros(0, np.int64), c, c.column("k").to_numpy(), c_src, 3, keep_src_not=3)
+    want = reference(old, old_src, set(), 3, c, c_src)
+    assert by_value(state(cache)) == by_value(want)
+    check_runs(cache)
 
 
 def test_rebuild_temporaries_are_a_few_bytes_a_row() -> None:
@@ -121,3 +145,34 @@ def test_rebuild_temporaries_are_a_few_bytes_a_row() -> None:
     widest = max(c.nbytes for c in cache.columns)
     # order + tags + marks (12 B a row), runs (16 B a value), the new column beside the old
     assert cache.last_transient <= n * 12 + (n // 4) * 20 + widest + 4096
+
+
+def test_switch_in_or_eviction_alone_holds_less_than_the_merge() -> None:
+    """Appending new values' rows, or dropping values, leaves the old rows in place: less than merging every row."""
+    n = 200_000
+    keys = np.repeat(np.arange(n // 4, dtype=np.int64), 4)
+    t = rows_of(keys.tolist(), [0] * n, 1)
+    add_keys = np.repeat(np.arange(n // 4, n // 4 + 250, dtype=np.int64), 4)
+    add = rows_of(add_keys.tolist(), [1] * len(add_keys), 2)
+    held = {}
+    for how, beside in (("alone", 0), ("merge", 1)):  # (bytes beside a rebuild make it merge)
+        cache = Cache(LAYOUT, "int")
+        cache.rebuild(np.zeros(0, np.int64), t, keys, np.zeros(n, np.int32), 1)
+        cache.last_transient = 0
+        cache.rebuild(np.zeros(0, np.int64), add, add_keys, np.ones(len(add_keys), np.int32), 2, beside=beside)
+        check_runs(cache)
+        grow = cache.last_transient
+        cache.last_transient = 0
+        cache.rebuild(
+            np.arange(0, n // 4, 10, dtype=np.int64),
+            None,
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int32),
+            3,
+            beside=beside,
+        )
+        check_runs(cache)
+        held[how] = (grow, cache.last_transient)
+        assert cache.rows == n + len(add_keys) - 4 * (n // 40)
+    assert held["alone"][0] < 0.75 * held["merge"][0], held
+    assert held["alone"][1] < held["merge"][1], held
