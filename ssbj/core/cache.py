@@ -4,7 +4,8 @@
   projected columns), grouped by value and, within a value, by the partition they were
   read from (``src``) and read order;
 * an index from value to its group (start, length) with f_count (cache hits since the
-  R-cycle in ``since``, saturating) for eviction, rebuilt whole at 75% load;
+  R-cycle in ``since``, saturating) for eviction, at 75% load: rebuilt whole by a merge,
+  grown by a rehash for a switch-in alone, entries deleted in place by an eviction alone;
 * a separate set of *empty* entries (values cached with no master row) that holds only
   the key and a 2-bit hit count: most cached values of a long-tailed stream are such
   values, so their keys are block-packed (:mod:`ssbj.core.empties`, ~2.5 bytes an entry

@@ -1,6 +1,6 @@
 """The new row order of H_R after a rebuild, by merging runs instead of sorting every row.
 
-H_R's rows are sorted by value: one run per value, located by the index, and within a
+H_R's rows are grouped by value: one run per value, located by the index, and within a
 run ordered by the partition read from (``src``), then read order. A rebuild keeps some
 runs (not dropped; without the rows of one partition, for a refresh) and adds rows (s_B
 at a switch-in, a partition's fresh rows at a refresh). Only the added rows are sorted;
@@ -158,7 +158,7 @@ def merge_runs(
     upay = np.zeros((most, pay_fields), np.int32)
     args = (src, drop_src, add_keys, add_src, aperm, rows, order, out_src, ukey, upay)
     u = _merge(hk, hpay, slots, dropped, *args)
-    if u < 0:  # (not expected: every writer of H_R keeps its rows sorted by value) walk the runs by value
+    if u < 0:  # runs out of value order (a switch-in alone appends, Cache.rebuild): walk them by value
         slots = np.flatnonzero(hused & (hpay[:, HR_LEN] > 0)).astype(np.int32)
         slots = slots[np.argsort(hk[slots], kind="stable")]
         held += 3 * slots.nbytes
