@@ -259,9 +259,9 @@ class Cache:
         """Add the rows of values not cached yet after the old ones, one run per value (key, then partition).
 
         The old runs stay in place (the rows are then not in value order, which the merge
-        handles): the extra memory is the added rows' order, one new column at a time and
-        the index rebuilt beside the old one, where the merge also holds the order of every
-        row and the column merged twice.
+        handles): the extra memory is the added rows' order, one new column at a time and,
+        when the index must grow, the old index beside the new; the merge would hold the
+        order of every row, a string column twice and a second index.
         """
         ix = self.index
         keys = np.asarray(add_keys, np.int64)
@@ -300,6 +300,8 @@ class Cache:
         """Remove the runs of the values ``drop``; the others keep their order, moved up over the gaps."""
         ix = self.index
         gone = ix.used & np.isin(ix.keys, drop)
+        if not gone.any():
+            return
         rows = self.rows
         # +1 at a dropped run's start, -1 past its end: the running sum marks dropped rows
         mark = np.zeros(rows + 1, np.int32)
