@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, KeyedTable, capacity_for, kset_delete, kset_find
+from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, KeyedTable, capacity_for, kset_delete, kset_delete_keys
 from ssbj.core.hs import ST_DECIDED, ST_FIELDS, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, since_mark, tracked_through
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
@@ -40,17 +40,6 @@ def _gc(keys: np.ndarray, used: np.ndarray, pay: np.ndarray, before_rc: int) -> 
             n += 1
             continue  # another entry may have moved into slot i
         i += 1
-    return n
-
-
-@njit(cache=True)
-def _delete_keys(keys: np.ndarray, used: np.ndarray, pay: np.ndarray, drop: np.ndarray) -> int:  # pragma: no cover
-    n = 0
-    for t in range(drop.shape[0]):
-        i = kset_find(keys, used, drop[t])
-        if i >= 0:
-            kset_delete(keys, used, pay, i)
-            n += 1
     return n
 
 
@@ -206,7 +195,7 @@ class ValueStats:
         """Stop tracking ``keys``."""
         if len(keys):
             t = self.table
-            self.meta[0] -= _delete_keys(t.keys, t.used, t.payload, np.asarray(keys, dtype=np.int64))
+            self.meta[0] -= kset_delete_keys(t.keys, t.used, t.payload, np.asarray(keys, dtype=np.int64))
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
         """(keys, payload) of the candidates."""
