@@ -150,6 +150,11 @@ class Join(_Model):
         description="when the master vouches that its key is unique (a primary key), decide each value in one "
         "R-cycle without counting rows; false: use `switching` as for any key",
     )
+    threads: Annotated[int, Field(ge=1, le=256)] = Field(
+        JoinSettings.threads,
+        description="threads of the complete cache's probe and takes (a budget that holds all of R); "
+        "placement: driver only (a shard is one Spark task slot)",
+    )
     placement: Literal["driver", "executors"] = Field(
         "driver",
         description="where the join runs: one operator on the Spark driver, or P shards in the executors",
@@ -221,6 +226,14 @@ class JobConfig(EnrichmentJobBase):
         return self
 
     @model_validator(mode="after")
+    def _threads(self) -> JobConfig:
+        if self.join.threads > 1 and self.join.placement == "executors":
+            raise ValueError(
+                "join.threads > 1 needs placement: driver (in the executors each shard has one task slot's core)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _quality_columns(self) -> JobConfig:
         q = self.quality
         if q.source_id is not None and q.source_id not in self.schema_:
@@ -248,6 +261,7 @@ class JobConfig(EnrichmentJobBase):
             hybrid=j.hybrid,
             switching=j.switching,
             unique_key_switch=j.unique_key_switch,
+            threads=j.threads,
             partition_rows=m.partition_rows,
             step_rows=j.step_rows,
             prefetch=m.prefetch,

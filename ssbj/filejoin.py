@@ -103,6 +103,14 @@ class RunStats:
         return out
 
 
+def _threads(text: str) -> int:
+    """``--threads``: a positive count."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--threads must be >= 1, got {n}")
+    return n
+
+
 def _plan_dict(plan: MemoryPlan, budget: int, v_s: float, v_r: float) -> dict[str, Any]:
     """Return the memory plan as a JSON-ready dict."""
     return {
@@ -252,6 +260,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         switch_factor=args.switch_factor,
         switching=args.switching,
         unique_key_switch=args.unique_key_switch,
+        threads=args.threads,
         disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
     )
     joined = plan_join(settings, v_s, master.num_rows, v_r, model)
@@ -287,6 +296,7 @@ def cmd_join(args: argparse.Namespace) -> int:
             "memory": {"budget_bytes": budget, "end": op.memory().to_dict(), "peak": stats.peak},
             "c_loop": stats.c_loop_summary(),
             "switching": {"fsm": args.switching, "unique_key": op.unique_key},
+            "threads": args.threads,
             "bound": _bound_report(sample, master, args.master_key, budget, v_s, v_r, model, stats, args.algorithm),
         }
         print(json.dumps(json_safe(report), indent=2, allow_nan=False))
@@ -426,6 +436,12 @@ def add_file_commands(sub: Any) -> None:
         dest="unique_key_switch",
         action="store_false",
         help="count rows even when the master's key is unique (by default such values are decided in one R-cycle)",
+    )
+    join.add_argument(
+        "--threads",
+        type=_threads,
+        default=1,
+        help="threads of the complete cache's probe and takes, when the budget holds all of R (default 1)",
     )
     join.add_argument("--calibration", help="cost-model constants (JSON from CostConstants.save)")
     join.set_defaults(handler=lambda a, _extra: cmd_join(a))

@@ -53,6 +53,12 @@ def test_switching_settings_reach_the_operator_spec(join: dict[str, Any], fsm: s
     assert (spec.switching, spec.unique_key_switch) == (fsm, unique)
 
 
+@pytest.mark.parametrize(("join", "threads"), [({}, 1), ({"threads": 2}, 2)])
+def test_threads_reach_the_operator_spec(join: dict[str, Any], threads: int) -> None:
+    cfg = parse_config(_base(join={"stream_key": "k", **join}))
+    assert plan_join(cfg.join_settings(), 32.0, 100_000, 40.0).spec.threads == threads
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -69,6 +75,11 @@ def test_switching_settings_reach_the_operator_spec(join: dict[str, Any], fsm: s
         ({"surprise": 1}, "surprise: Extra inputs are not permitted"),
         ({"join": {"stream_key": "k", "exchange": "read"}}, "join.exchange: read needs a Kafka source"),
         ({"join": {"stream_key": "k", "switching": "global"}}, "join.switching: Input should be 'pipelined' or"),
+        ({"join": {"stream_key": "k", "threads": 0}}, "join.threads: Input should be greater than or equal to 1"),
+        (
+            {"join": {"stream_key": "k", "threads": 2, "placement": "executors"}},
+            "join.threads > 1 needs placement: driver",
+        ),
     ],
 )
 def test_errors_name_the_field_and_the_allowed_values(change: dict[str, Any], expected: str) -> None:

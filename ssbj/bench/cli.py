@@ -234,8 +234,8 @@ def summarize(exps: dict[str, Json]) -> Json:
                 _fmt_ratio(h["ratio_ssbj_to_meshjoin"]),
                 f"pyarrow {_fmt_rate(h['pyarrow']['threads']['rate_wall'])} "
                 f"(1 thread {_fmt_rate(h['pyarrow']['single_thread']['rate_wall'])}), "
-                f"SSBJ e2e/pyarrow {_fmt_ratio(h['ratio_e2e_wall_to_pyarrow'])} "
-                f"(1 thread {_fmt_ratio(h.get('ratio_e2e_wall_to_pyarrow_single_thread'))})",
+                f"SSBJ e2e/pyarrow {_fmt_ratio(h['ratio_e2e_wall_to_pyarrow'])} on {h.get('threads', 1)} threads "
+                f"(1 thread each {_fmt_ratio(h.get('ratio_e2e_wall_to_pyarrow_single_thread'))})",
             ]
         )
         t = TARGETS["ssbj_vs_pyarrow_all_of_R"]

@@ -6,7 +6,9 @@ import math
 import os
 import time
 
-from ssbj.bench.harness import ALGORITHMS, Bench, Dataset, Json, _ratio
+import pyarrow as pa
+
+from ssbj.bench.harness import ALGORITHMS, Bench, Dataset, Json, RunConfig, _ratio
 
 
 def _pyarrow_join(ds: Dataset, n: int, reps: int) -> Json:
@@ -57,12 +59,17 @@ def exp_hashjoin(bench: Bench) -> Json:
     to hold all of R plus its per-value entries.  The pyarrow join gets the same number
     of stream tuples as SSBJ's measured R-cycles, all at once, best of a few runs, both
     as pyarrow's default call (``use_threads=True``, the baseline of the target) and on
-    one thread.
+    one thread. SSBJ runs with as many threads as pyarrow's default
+    (``JoinSpec.threads`` = ``pyarrow.cpu_count()``) against the first, and with one
+    thread against the second.
     """
     p = bench.p
     ds = bench.synthetic(p.hashjoin_r, 1.0)
     budget = int(p.hashjoin_budget_factor * ds.r_bytes)
-    pt = bench.pair(ds, budget, partition_rows=_all_of_r_b(bench, ds))
+    threads = pa.cpu_count()
+    b = _all_of_r_b(bench, ds)
+    pt = bench.pair(ds, budget, partition_rows=b, threads=threads)
+    one = pt["ssbj"] if threads == 1 else bench.run(ds, _ssbj_config(b, budget, 1))
     n = int(pt["ssbj"]["measured_tuples"])
     pj = _pyarrow_join(ds, n, p.pyarrow_reps)
     s = pt["ssbj"]
@@ -70,16 +77,24 @@ def exp_hashjoin(bench: Bench) -> Json:
         "dataset": ds.info,
         "budget": budget,
         "budget_factor": p.hashjoin_budget_factor,
+        "threads": threads,
         "ssbj": s,
+        "ssbj_single_thread": one,
         "meshjoin": pt["meshjoin"],
         "pyarrow": pj,
         # the target's baseline is pyarrow's default call (use_threads=True, both cores)
         "ratio_service_rate_to_pyarrow": _ratio(s["service_rate"], pj["threads"]["rate_wall"]),
         "ratio_e2e_wall_to_pyarrow": _ratio(s["e2e_rate_wall"], pj["threads"]["rate_wall"]),
-        "ratio_e2e_wall_to_pyarrow_single_thread": _ratio(s["e2e_rate_wall"], pj["single_thread"]["rate_wall"]),
+        "ratio_e2e_wall_to_pyarrow_single_thread": _ratio(one["e2e_rate_wall"], pj["single_thread"]["rate_wall"]),
         "ratio_e2e_cpu_to_pyarrow_cpu": _ratio(s["e2e_rate_cpu"], pj["threads"]["rate_cpu"]),
+        "ratio_threads_to_single_thread": _ratio(s["e2e_rate_wall"], one["e2e_rate_wall"]),
         "ratio_ssbj_to_meshjoin": pt["ratio_service_rate"],
     }
+
+
+def _ssbj_config(b: int, budget: int, threads: int) -> RunConfig:
+    """SSBJ as :meth:`Bench.pair` runs it, with ``threads``."""
+    return RunConfig("ssbj", b, chunk_bytes=max(1, budget // 16), memory_budget=budget, threads=threads)
 
 
 def exp_throughput(bench: Bench) -> Json:

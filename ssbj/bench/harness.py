@@ -83,6 +83,7 @@ class RunConfig:
     refresh_cache: bool = True
     disk_chunk_rows: int | None = None  # the disk phase reads partitions in pieces of this many rows
     switching: Switching = "pipelined"  # JoinSpec.switching (SSBJ's FSM: per value or Algorithm 1's R-cycles)
+    threads: int = 1  # JoinSpec.threads (the complete cache's probe and takes)
 
 
 @dataclass
@@ -125,6 +126,7 @@ def _run(
         refresh_cache=cfg.refresh_cache,
         disk_chunk_rows=cfg.disk_chunk_rows,
         switching=cfg.switching,
+        threads=cfg.threads,
         # at least one stream tuple per step, however small the budget
         min_chunk_bytes=max(1, math.ceil(ds.v_s)),
     )
@@ -388,10 +390,12 @@ class Bench:
         switch_factor: float = 1.0,
         partition_rows: int | None = None,
         pieces: bool = False,
+        threads: int = 1,
     ) -> Json:
         """SSBJ and MESHJOIN with the same memory budget and b (planned unless given); rates and their ratio.
 
         ``pieces``: the disk phase reads partitions in pieces (planned with b, the same for both).
+        ``threads``: ``JoinSpec.threads`` of both (only SSBJ's complete cache uses more than one).
         """
         rows: int | None = None
         try:
@@ -411,6 +415,7 @@ class Bench:
                 memory_budget=budget,
                 switch_factor=switch_factor,
                 disk_chunk_rows=rows,
+                threads=threads,
             )
             for algo in ALGORITHMS
         ]

@@ -258,15 +258,17 @@ def answer_hits(
     hr_table: pa.Table | None,
     pairs: list[tuple[pa.Table, pa.Table]],
     unmatched: list[pa.Table],
+    master: pa.Table | None = None,
 ) -> pa.Table:
     """OUTPUT the pairs of ``n_hits`` tuples (stream rows ``s`` of tuples ``ps`` of ``batch``, H_R rows ``pr``).
 
     Hashed keys are verified: a tuple whose every pair fails matches nothing and finishes
     unmatched. Returns H_R's pair columns (made at the step's first hit, kept for the next).
+    ``master``: H_R's rows ``pr`` already taken.
     """
     if hr_table is None:
         hr_table = op.cache.table().select(op._pair_idx)
-    m = take_rows(hr_table, pr)
+    m = take_rows(hr_table, pr) if master is None else master
     ok = op._verified(s, m)
     n_matched = n_hits
     if ok is not None:  # hashed keys: a tuple whose every pair fails matches nothing

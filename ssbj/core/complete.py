@@ -27,6 +27,7 @@ allowing it:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +35,7 @@ import pyarrow as pa
 from numba import njit
 
 from ssbj.core import budget as B
+from ssbj.core import lanes
 from ssbj.core import switching as SW
 from ssbj.core import takeall as TA
 from ssbj.core.arrowtypes import take_rows
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from ssbj.core.keys import EncodedKeys
     from ssbj.core.operator import SemiStreamJoin
     from ssbj.core.scanacc import RefreshRows
+    from ssbj.core.spec import Buffered
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -383,43 +386,69 @@ def _finish_hs(op: SemiStreamJoin, unmatched: list[pa.Table]) -> None:
 
 
 # ---------------------------------------------------------------- cache phase
+@dataclass
+class _Probed:
+    """One slice of a complete-cache call: the probe's arrays and the rows they take."""
+
+    ps: np.ndarray  # pair: stream tuple
+    pr: np.ndarray  # pair: H_R row
+    n_hits: int
+    null_idx: np.ndarray
+    miss_idx: np.ndarray
+    taken: pa.Table | None  # stream rows of the hits, then of the NULL keys and misses
+    master: pa.Table | None  # H_R's pair columns of the pairs
+    held: int  # bytes of the probe's arrays
+
+
+def _probe_slice(op: SemiStreamJoin, buf: Buffered, hr_table: pa.Table, start: int, n: int) -> _Probed:
+    """Probe ``n`` tuples of ``buf`` from ``start`` and take their rows (runs on a lane: writes nothing shared)."""
+    ix = op.cache.index
+    _, ps, pr, n_hits, null_idx, miss_idx = complete_probe(
+        ix.keys, ix.used, ix.payload, buf.keys.values, buf.keys.valid, start, n
+    )
+    parts = [a for a in (ps, null_idx, miss_idx) if len(a)]
+    taken = take_rows(buf.table, parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else None
+    master = take_rows(hr_table, pr) if len(pr) else None
+    held = sum(held_nbytes(a) for a in (ps, pr, null_idx, miss_idx))
+    return _Probed(ps, pr, int(n_hits), null_idx, miss_idx, taken, master, held)
+
+
 def complete_phase(
     op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
 ) -> tuple[int, int, int]:
-    """READ up to ``max_step_tuples`` stream tuples and finish each against H_R (hit or no master row)."""
+    """READ up to ``max_step_tuples`` stream tuples and finish each against H_R (hit or no master row).
+
+    With ``JoinSpec.threads`` > 1 a call's tuples are probed and taken in slices on that
+    many threads (:mod:`ssbj.core.lanes`); the slices' arrays together are bounded as one
+    call's, and the results are merged in slice order.
+    """
     remaining = op.spec.max_step_tuples
     per_call = B.cache_call_tuples(op)  # (the call's arrays: 16 B a tuple read and 8 a further pair, counted)
-    cache = op.cache
     w_n = w_null = n_miss = 0
-    hr_table: pa.Table | None = None
+    hr_table = op.cache.table().select(op._pair_idx)
     while op._buffer and remaining > 0:
         buf = op._buffer[0]
         start = buf.pos
-        consumed, ps, pr, n_hits, null_idx, miss_idx = complete_probe(
-            cache.index.keys,
-            cache.index.used,
-            cache.index.payload,
-            buf.keys.values,
-            buf.keys.valid,
-            start,
-            min(remaining, per_call),
+        n = min(remaining, per_call, buf.table.num_rows - start)
+        got = lanes.run(
+            lambda at, ln: _probe_slice(op, buf, hr_table, at, ln),  # noqa: B023 (run returns before the loop goes on)
+            lanes.slices(start, n, op.spec.threads),
         )
-        op._note_cache_transient(sum(held_nbytes(a) for a in (ps, pr, null_idx, miss_idx)))
-        consumed, n_hits = int(consumed), int(n_hits)
-        op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
-        remaining -= consumed
-        buf.pos += consumed
-        parts = [a for a in (ps, null_idx, miss_idx) if len(a)]
-        taken = take_rows(buf.table, parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else None
-        s = taken.slice(0, len(ps)) if len(ps) else None  # type: ignore[union-attr]
-        if len(null_idx) or len(miss_idx):
-            unmatched.append(taken.slice(len(ps)))  # type: ignore[union-attr]
-            w_null += len(null_idx)
-            w_n += len(miss_idx)
-            n_miss += len(miss_idx)
-        if n_hits:
-            hr_table = answer_hits(op, buf.table, s, ps, pr, n_hits, hr_table, pairs, unmatched)  # type: ignore[arg-type]
-            w_n += n_hits
+        op._note_cache_transient(sum(g.held for g in got))
+        op._buffer_bytes -= int(buf.row_bytes[start : start + n].sum())
+        remaining -= n
+        buf.pos += n
+        for g in got:
+            hits = len(g.ps)
+            if len(g.null_idx) or len(g.miss_idx):
+                unmatched.append(g.taken.slice(hits))  # type: ignore[union-attr]
+                w_null += len(g.null_idx)
+                w_n += len(g.miss_idx)
+                n_miss += len(g.miss_idx)
+            if g.n_hits:
+                s = g.taken.slice(0, hits)  # type: ignore[union-attr]
+                answer_hits(op, buf.table, s, g.ps, g.pr, g.n_hits, hr_table, pairs, unmatched, g.master)
+                w_n += g.n_hits
         if buf.pos >= buf.table.num_rows:
             op._buffer.popleft()
     op._c.served_cache += w_n

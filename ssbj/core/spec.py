@@ -82,6 +82,10 @@ class JoinSpec:
     admission; ``paper``: Algorithm 1's global incrementing, switching and phase-out R-cycles
     (three to six R-cycles).
 
+    ``threads``: the complete cache's probe and its Arrow takes (:func:`ssbj.core.complete.complete_phase`)
+    run in slices on this many threads (:mod:`ssbj.core.lanes`); everything else is one
+    thread. 1 where cores are already shared out (a Spark task slot per shard).
+
     ``unique_key_switch`` (SSBJ): when the master vouches that its key is unique
     (:class:`ssbj.contracts.MasterKeyUnique`, exact key types), every value has ``m <= 1``,
     so no R-cycle is spent counting rows: every R-cycle is a switching R-cycle, a value
@@ -108,6 +112,7 @@ class JoinSpec:
     complete_cache: bool = True
     unique_key_switch: bool = True
     switching: Switching = "pipelined"
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.r_filter not in ("off", "auto", "always"):
@@ -126,6 +131,8 @@ class JoinSpec:
             raise ConfigError("chunk_bytes and max_step_tuples must be >= 1")
         if self.disk_chunk_rows is not None and self.disk_chunk_rows < 1:
             raise ConfigError(f"disk_chunk_rows must be >= 1, got {self.disk_chunk_rows}")
+        if self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {self.threads}")
         if self.memory_budget is not None and self.memory_budget < 1:
             raise ConfigError(f"memory_budget must be >= 1 byte, got {self.memory_budget}")
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +33,7 @@ from hypothesis import strategies as st
 from range_master import RangeMaster
 from reference import as_multiset, batch_join, unmatched_reference
 
-from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
+from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin, lanes
 from ssbj.core import budget as B
 from ssbj.core import complete as CC
 from ssbj.core.checkpoint import DirectoryStore
@@ -84,7 +85,11 @@ def _check_totals(op: SemiStreamJoin) -> None:
 
 @pytest.mark.parametrize("pieces", [False, True])
 @pytest.mark.parametrize("strings", [False, True])
-def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(pieces: bool, strings: bool) -> None:
+@pytest.mark.parametrize("threads", [1, 3])
+def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(
+    pieces: bool, strings: bool, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lanes, "MIN_SLICE", 8)  # this stream's steps are split (80-tuple batches)
     rng = random.Random(3)
     rows = _master(rng)
     master = RangeMaster(rows, b=20, k=6, pieces=pieces)
@@ -95,11 +100,20 @@ def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(pieces: bool
         mt = mt.set_column(1, "key", conv)
         batches = [b.set_column(1, "k", pc.cast(b.column("k"), pa.string())) for b in batches]
         master = ArrowMaster(mt, 20)  # type: ignore[assignment]
-    spec = _spec(disk_chunk_rows=7 if pieces else None)
+    spec = _spec(disk_chunk_rows=7 if pieces else None, threads=threads)
     op = SemiStreamJoin(spec, master, batches[0].schema, mt.schema)
     out: Counter[Any] = Counter()
     um: Counter[Any] = Counter()
     complete_at = None
+    sliced = 0
+    run = lanes.run
+
+    def counted(fn: Any, parts: list[tuple[int, int]]) -> Any:
+        nonlocal sliced
+        sliced += len(parts) > 1
+        return run(fn, parts)
+
+    monkeypatch.setattr(lanes, "run", counted)
     for b in batches:
         op.push(b)
         r = op.step()
@@ -117,6 +131,7 @@ def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(pieces: bool
         out += as_multiset(r.enriched)
         um += as_multiset(r.unmatched)
     assert complete_at is not None and complete_at <= 3  # R-cycle 1 measures R, 2 takes all of it
+    assert (sliced > 0) == (threads > 1)  # the complete cache's calls ran in slices
     assert op._c.extra.get("take_all_cycles") == 1 and op._c.extra.get("complete_missed", 0) > 0
     stream = pa.concat_tables(batches)
     assert out == batch_join(stream, mt, "k", "key", ["pk", "v"])
@@ -154,6 +169,7 @@ def scenario(draw: Any) -> dict[str, Any]:
         "pieces": draw(st.sampled_from([None, 1, 3])),
         "r_filter": draw(st.sampled_from(["auto", "off"])),
         "cuts": draw(st.sets(st.integers(0, 100), min_size=1, max_size=6)),
+        "threads": draw(st.sampled_from([1, 2])),
     }
 
 
@@ -171,6 +187,7 @@ def test_exact_across_restores_at_random_steps(sc: dict[str, Any], tmp_path_fact
         disk_chunk_rows=sc["pieces"],
         r_filter=sc["r_filter"],
         eviction_interval=2,
+        threads=sc["threads"],
     )
     batches = stream.to_batches(max_chunksize=sc["batch"])
 
@@ -196,10 +213,12 @@ def test_exact_across_restores_at_random_steps(sc: dict[str, Any], tmp_path_fact
         _check_totals(op)
         return steps
 
-    reference = run(set(), None)
+    with mock.patch.object(lanes, "MIN_SLICE", 1):  # a step's few tuples are sliced too
+        reference = run(set(), None)
+        restored = run(sc["cuts"], DirectoryStore(tmp_path_factory.mktemp("ckpt")))
     assert sum((e for e, _ in reference), Counter()) == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
     assert sum((u for _, u in reference), Counter()) == unmatched_reference(stream, master, "sk", "mk")
-    assert run(sc["cuts"], DirectoryStore(tmp_path_factory.mktemp("ckpt"))) == reference
+    assert restored == reference
 
 
 def _until(op: SemiStreamJoin, rng: random.Random, done: Any, next_id: int) -> int:
