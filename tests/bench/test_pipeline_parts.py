@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from ssbj.bench.pipeline import cli, registry
 from ssbj.bench.pipeline.data import generate
 from ssbj.bench.pipeline.lookup import LruTtlCache
-from ssbj.bench.pipeline.report import write_readme
+from ssbj.bench.pipeline.report import SUMMARY_CHARS, error_summary, write_readme
 from ssbj.bench.pipeline.scaling import Model, Run, report
 from ssbj.bench.pipeline.spec import CASES, SCALES, Scale
 from ssbj.bench.pipeline.timeline import Timeline, intersect, merge, render, subtract, total
@@ -248,3 +248,19 @@ def test_scaling_model_reproduces_its_p1_run_and_splits_shard_work() -> None:
     assert m.wall(2) == m.other + m.spark + 6.0 / 2 + (6.0 + 4.0) / 2
     assert m.wall(4, 4, 4) < m.wall(2, 2, 2) < m.wall(1, 1, 1)
     assert "| 32 |" in report(p1, p2, 2, 2)
+
+
+def test_error_summary_is_one_line_naming_the_innermost_cause() -> None:
+    spark = (
+        "round 1: StreamingQueryException: [STREAM_FAILED] Query terminated with exception\n"
+        '  File "m_spark_static.py", line 92, in foreach\n'
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o1151.save.\n"
+        ": org.apache.spark.SparkException: Not enough memory to build and broadcast the table\n"
+        "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.notEnough(QueryExecutionErrors.scala:2180)\n"
+    )
+    assert error_summary(spark) == (
+        "round 1: StreamingQueryException: [STREAM_FAILED] Query t... "
+        "... org.apache.spark.SparkException: Not enough memory to build and broadcast the table"
+    )
+    assert error_summary("round 1: ValueError: plain\nmore") == "round 1: ValueError: plain"
+    assert len(error_summary("x" * 1000)) == SUMMARY_CHARS

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ssbj.bench.pipeline.harness import Harness, MethodResult, Unsupported
 from ssbj.bench.pipeline.registry import METHODS, method
-from ssbj.bench.pipeline.report import json_default, machine_info, ratios, write_readme
+from ssbj.bench.pipeline.report import error_summary, json_default, machine_info, ratios, write_readme
 from ssbj.bench.pipeline.spec import CASES, SCALES, TOPIC_PARTITIONS, Json
 from ssbj.bench.pipeline.timeline import render
 
@@ -147,7 +147,7 @@ def _run_round(h: Harness, names: list[str], rnd: int, repeats: int, acc: _Round
             continue
         except Exception as exc:  # record and go on: one broken method must not hide the others
             log.exception("%s failed", m)
-            acc.errors[m] = f"round {rnd + 1}: {type(exc).__name__}: {exc}"
+            acc.errors[m] = f"round {rnd + 1}: {type(exc).__name__}: {exc}"  # the whole text (results.json)
             continue
         acc.runs.setdefault(m, []).append(r)
         log.info(
@@ -266,8 +266,27 @@ def write_index(docs: list[tuple[str, Json]], out: Path) -> None:
                 f"{'yes' if r['correctness']['all_repeats_ok'] else '**NO**'} |"
             )
         for m, why in {**doc["errors"], **doc["skipped"]}.items():
-            lines.append(f"| [{name}]({name}/README.md) | {m} | - | - | - | {why} |")
+            lines.append(f"| [{name}]({name}/README.md) | {m} | - | - | - | {error_summary(why)} |")
     (out / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def report_only(out: Path) -> int:
+    """Rewrite the README(s) from the results.json of a run: one variant in ``out``, or one per subdirectory."""
+    single = out / "results.json"
+    dirs = [out] if single.exists() else sorted(d for d in out.iterdir() if (d / "results.json").exists())
+    if not dirs:
+        print(f"{PROG}: no results.json in {out} or its subdirectories", file=sys.stderr)
+        return 2
+    docs = []
+    for d in dirs:
+        doc = json.loads((d / "results.json").read_text())
+        write_readme(doc, d / "README.md")
+        print(f"wrote {d / 'README.md'} from {d / 'results.json'}")
+        docs.append((d.name, doc))
+    if not single.exists():
+        write_index(docs, out)
+        print(f"wrote {out / 'README.md'}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,10 +300,7 @@ def execute(args: argparse.Namespace) -> int:
     for noisy in ("py4j", "ssbj.progress", "ssbj.job", "adapters", "ssbj.master"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.report_only:
-        doc = json.loads((args.out / "results.json").read_text())
-        write_readme(doc, args.out / "README.md")
-        print(f"wrote {args.out / 'README.md'} from {args.out / 'results.json'}")
-        return 0
+        return report_only(args.out)
     docs = run(args)
     rc = 0
     for name, doc in docs:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -151,9 +152,29 @@ def _headline(doc: Json) -> list[str]:
         if not bad
         else f"- Correctness: **MISMATCH** for {', '.join(bad)} (see the correctness table)."
     )
-    if doc.get("errors"):
-        out.append(f"- Failed methods: {doc['errors']}")
+    for m, why in (doc.get("errors") or {}).items():
+        out.append(f"- Failed: {m}: {error_summary(why)} (the whole text: results.json)")
     return out
+
+
+_CAUSE = re.compile(r"^:?\s*((?:[\w$]+\.)*[\w$]*(?:Exception|Error)): (.+)$")
+SUMMARY_CHARS = 300
+HEAD_CHARS = 60  # of the first line, when an innermost cause follows
+
+
+def error_summary(text: str) -> str:
+    """One line of a failure's text for a README: its first line and its innermost ``...Exception: message``.
+
+    A Spark failure's text is the Python traceback of the foreachBatch function and the
+    JVM's stack (hundreds of lines); results.json and the log keep all of it.
+    """
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    causes = [f"{m.group(1)}: {m.group(2)}" for ln in lines[1:] if (m := _CAUSE.match(ln))]
+    head = lines[0] if not causes or len(lines[0]) <= HEAD_CHARS else lines[0][: HEAD_CHARS - 3] + "..."
+    line = head if not causes else f"{head} ... {causes[-1]}"
+    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 3] + "..."
 
 
 def _universe(doc: Json) -> int:
