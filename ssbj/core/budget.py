@@ -283,8 +283,12 @@ def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
     hs = op.hs
     slots = max(slots, hs.span + w, 1)
     var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / INDEX_LOAD)
-    if slots != hs.cap:
-        hs.set_capacity(slots, int(var_per * w))
+    # string bytes for every slot not live now (the first R-cycle fills the whole ring), and
+    # re-sized when the rings held differ from that by more than 1/16 (not only with the slots)
+    var_extra = int(var_per * max(slots - hs.span, w))
+    held, target = hs.rows.var_capacity, hs.rows.var_bytes + var_extra
+    if slots != hs.cap or (held and abs(held - target) > target // 16):
+        hs.set_capacity(slots, var_extra)
     hs.fit_index(min(hs.values + w, slots))
     limit = index_limit(op)
     if hs.hix.shape[0] > limit:  # planned for fewer values per tuple than it was sized for

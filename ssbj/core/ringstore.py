@@ -145,6 +145,7 @@ class _Col:
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     valid: np.ndarray | None = None
     head: int = 0  # var: global byte counter (bytes ever written)
+    appended: int = 0  # var: bytes ever appended (each column's share of a var_extra)
 
     def nbytes(self) -> int:
         n = int(self.data.nbytes + self.starts.nbytes)
@@ -193,18 +194,34 @@ class RowRing:
         """Bytes of string/binary values held for the live slots."""
         return sum(self._live_var(c) for c in self._cols if c.kind.startswith("var"))
 
+    @property
+    def var_capacity(self) -> int:
+        """Bytes of the string/binary byte rings (held, live or not)."""
+        return sum(int(c.data.shape[0]) for c in self._cols if c.kind.startswith("var"))
+
+    def _var_shares(self) -> dict[str, float]:
+        """Each string/binary column's share of the bytes appended so far (equal before any)."""
+        var = [c for c in self._cols if c.kind.startswith("var")]
+        total = sum(c.appended for c in var)
+        return {c.name: (c.appended / total if total else 1.0 / len(var)) for c in var}
+
     def _live_var(self, c: _Col) -> int:
         if self.hi == self.lo:
             return 0
         return c.head - int(c.starts[self.lo % self.cap])
 
     def set_capacity(self, cap: int, var_extra: int = 0) -> None:
-        """Re-lay the live slots out at ``cap`` slots and byte rings with ``var_extra`` free bytes."""
+        """Re-lay the live slots out at ``cap`` slots and byte rings with ``var_extra`` free bytes.
+
+        ``var_extra`` is shared among the string/binary columns as the bytes appended to
+        them so far are (each column its own byte ring).
+        """
         cap = max(cap, self.hi - self.lo, 1)
         lo, hi = self.lo, self.hi
         live = np.arange(lo, hi, dtype=np.int64)
         old_pos = live % self.cap if self.cap else live
         new_pos = live % cap
+        shares = self._var_shares() if any(c.kind.startswith("var") for c in self._cols) else {}
         for c in self._cols:
             if c.kind in ("fixed", "bool"):
                 shape = (cap, c.width) if c.kind == "fixed" else (cap,)
@@ -212,7 +229,7 @@ class RowRing:
                 _slots(nd)[new_pos] = _slots(c.data)[old_pos]
                 c.data = nd
             else:
-                dcap = max(64, self._live_var(c) + var_extra)
+                dcap = max(64, self._live_var(c) + int(var_extra * shares[c.name]))
                 ns = np.zeros(cap, dtype=np.int64)
                 ndata = np.zeros(dcap, dtype=np.uint8)
                 _relayout_var(c.starts, c.data, lo, hi, c.head, ns, ndata)
@@ -269,6 +286,7 @@ class RowRing:
             else:
                 odt = np.int32 if c.kind == "var32" else np.int64
                 off = np.frombuffer(bufs[1], dtype=odt)[arr.offset : arr.offset + n + 1].astype(np.int64)
+                c.appended += int(off[-1] - off[0])
                 need = self._live_var(c) + int(off[-1] - off[0])
                 if need > c.data.shape[0]:
                     self._grow_var(c, need)
@@ -287,7 +305,9 @@ class RowRing:
         self.hi += n
 
     def _grow_var(self, c: _Col, need: int) -> None:
-        dcap = max(need, c.data.shape[0] * 3 // 2)
+        # to what is needed and a little more, not geometrically: under a budget the rings
+        # are re-sized at every R-cycle start, and a larger ring would be held until then
+        dcap = need + need // 16
         ns = np.zeros(self.cap, dtype=np.int64)
         ndata = np.zeros(dcap, dtype=np.uint8)
         _relayout_var(c.starts, c.data, self.lo, self.hi, c.head, ns, ndata)
