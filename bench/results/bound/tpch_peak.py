@@ -32,6 +32,7 @@ def rings(op: SemiStreamJoin) -> list[tuple[str, int]]:
 
 
 def main() -> None:
+    """Run one configuration and print where its memory peaked."""
     algo, frac = sys.argv[1], float(sys.argv[2])
     sf = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
     cycles = int(sys.argv[4]) if len(sys.argv) > 4 else 12
