@@ -25,9 +25,9 @@ from cli_cases import (
     write_parquet,
 )
 from reference import as_multiset, batch_join
+from sliced_calls import count_sliced_calls
 
 from ssbj.cli import main, parse_size
-from ssbj.core import lanes
 from ssbj.errors import ConfigError
 
 
@@ -160,20 +160,11 @@ def test_join_threads_with_all_of_r_in_memory(
     stream, master = make_tables(n_stream=20_000)  # 100-row batches: six R-cycles, the cache complete from the third
     s, m = write_parquet(tmp_path, stream, master)
     out = tmp_path / "out.parquet"
-    monkeypatch.setattr(lanes, "MIN_SLICE", 16)  # this stream's steps are split
-    sliced = 0
-    run = lanes.run
-
-    def counted(fn: Any, parts: list[tuple[int, int]]) -> Any:
-        nonlocal sliced
-        sliced += len(parts) > 1
-        return run(fn, parts)
-
-    monkeypatch.setattr(lanes, "run", counted)
+    sliced = count_sliced_calls(monkeypatch, 16)  # this stream's steps are split
     args = join_args(s, m, out, "--stats", "--memory", "4MB", "--batch-rows", "100", "--threads", "2")
     report = run_stats(capsys, args)
     assert report["threads"] == 2
-    assert sliced > 0  # the complete cache ran, its calls in slices
+    assert sliced.count > 0  # the complete cache ran, its calls in slices
     assert as_multiset(pq.read_table(out)) == batch_join(stream, master, "sk", "mk", MASTER_COLS)
     check_reconciles(report, out)
     assert main(join_args(s, m, out, "--threads", "0")) != 0

@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from range_master import RangeMaster
 from reference import as_multiset, batch_join, unmatched_reference
+from sliced_calls import count_sliced_calls
 
 from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin, lanes
 from ssbj.core import budget as B
@@ -89,7 +90,7 @@ def _check_totals(op: SemiStreamJoin) -> None:
 def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(
     pieces: bool, strings: bool, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lanes, "MIN_SLICE", 8)  # this stream's steps are split (80-tuple batches)
+    sliced = count_sliced_calls(monkeypatch, 8)  # this stream's steps are split (80-tuple batches)
     rng = random.Random(3)
     rows = _master(rng)
     master = RangeMaster(rows, b=20, k=6, pieces=pieces)
@@ -105,15 +106,6 @@ def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(
     out: Counter[Any] = Counter()
     um: Counter[Any] = Counter()
     complete_at = None
-    sliced = 0
-    run = lanes.run
-
-    def counted(fn: Any, parts: list[tuple[int, int]]) -> Any:
-        nonlocal sliced
-        sliced += len(parts) > 1
-        return run(fn, parts)
-
-    monkeypatch.setattr(lanes, "run", counted)
     for b in batches:
         op.push(b)
         r = op.step()
@@ -131,7 +123,7 @@ def test_complete_within_two_r_cycles_then_hs_stays_empty_and_exact(
         out += as_multiset(r.enriched)
         um += as_multiset(r.unmatched)
     assert complete_at is not None and complete_at <= 3  # R-cycle 1 measures R, 2 takes all of it
-    assert (sliced > 0) == (threads > 1)  # the complete cache's calls ran in slices
+    assert (sliced.count > 0) == (threads > 1)  # the complete cache's calls ran in slices
     assert op._c.extra.get("take_all_cycles") == 1 and op._c.extra.get("complete_missed", 0) > 0
     stream = pa.concat_tables(batches)
     assert out == batch_join(stream, mt, "k", "key", ["pk", "v"])
