@@ -83,8 +83,8 @@ def complete_probe(
 
     The lookups go in groups of ``PROBE_GROUP`` tuples: first every tuple's home slot is
     read (loads that do not wait on each other, so their cache misses overlap), then the
-    probes are finished, then the runs read: 1.2-1.4x faster than one lookup after the
-    other on an index larger than the CPU's caches.
+    probes are finished, then the runs read: 1.20-1.29x faster than one lookup after the
+    other on the hashjoin bench's H_R (bench/results/hashjoin-2026-11-28-threads.md).
     """
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
