@@ -11,8 +11,9 @@ the step's cache phase and the oldest leaves at the end of the step's disk phase
 meeting all k partitions, so at most k chunks are live), each tuple costing its row bytes,
 its encoded key and link, and a worst-case share of the value index (every tuple a
 value of its own), so the budget holds whatever the key distribution. The s_B reserve is
-the largest switching buffer seen: when s_B moves into H_R at phase-out, that reserve
-covers H_R's growth until the ring shrinks at the next R-cycle. The prefetch reserve is
+planned at the R-cycle start from the values that decide in it (:mod:`ssbj.core.switchroom`):
+s_B cannot outgrow it, it covers H_R's growth when s_B moves in at the next R-cycle start,
+and the temporaries reserve covers that switch-in's rebuild. The prefetch reserve is
 ``depth`` disk buffers (:mod:`ssbj.core.prefetch`): while the step joins partition p, the
 next ``depth`` partitions may be held read ahead.
 
@@ -32,10 +33,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
+from ssbj.core import switchroom as SR
 from ssbj.core import takeall as TA
 from ssbj.core.cache import INDEX_LOAD as HR_INDEX_LOAD
 from ssbj.core.hashing import KeyedTable, capacity_for
+from ssbj.core.hs import SWITCHING
 from ssbj.core.hsindex import INDEX_LOAD, INDEX_SLOT
 from ssbj.core.prefetch import prefetch_depth, prefetched_nbytes
 from ssbj.core.rfilter import BITMAP
@@ -89,14 +93,17 @@ def per_tuple_bytes(op: SemiStreamJoin) -> float:
 def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
     """Budgeted bytes outside H_S (``sb_reserve=False``: s_B as it is, without the room kept for it)."""
     disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
-    reserve = op._take_all_reserve if op._take_all or op._take_all_pending else op._sb_peak
+    if op._take_all or op._take_all_pending:
+        reserve = op._take_all_reserve
+    else:
+        reserve = SR.reserve_bytes(op, layout_row_bytes(op))
     sb = max(op._sb_bytes, reserve) if sb_reserve else op._sb_bytes
     queue = (op._k + 2) * QUEUE_RECORD
     held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + op.rfilter.nbytes + queue
     return int(disk + prefetch_reserve(op) + held + temporaries_reserve(op))
 
 
-def temporaries_reserve(op: SemiStreamJoin) -> int:
+def probe_reserve(op: SemiStreamJoin) -> int:
     """Return the bytes kept for the step's temporaries (probe results).
 
     The disk phase's grow with the tuples in H_S: the most seen per waiting tuple, for a
@@ -113,6 +120,11 @@ def temporaries_reserve(op: SemiStreamJoin) -> int:
         cache = max(cache, cache_call_tuples(op) * CACHE_CALL_BYTES)
     probes = max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap) + cache)
     return max(probes, op._rebuild_peak)
+
+
+def temporaries_reserve(op: SemiStreamJoin) -> int:
+    """Return the bytes kept for temporaries: the steps' (:func:`probe_reserve`) or the planned switch-in's, if more."""
+    return max(probe_reserve(op), SR.transient_bytes(op, column_bytes(op)))
 
 
 CACHE_CALL_SHARE = 0.01  # most of the budget one cache-phase call's index arrays may take
@@ -155,6 +167,7 @@ def adapt(op: SemiStreamJoin) -> None:
         per = max(op._vs_avg, 1.0)
         w = max(1, int(op._chunk_bytes / per))
         _set_ring(op, k * w, w, per)
+        op._sb_allow[:] = (0, 0)  # (a value deciding before the first partition is measured waits an R-cycle)
         return
     if op._use_cache:
         op.stats.limit_bytes(int(STATS_SHARE * budget))
@@ -165,6 +178,7 @@ def adapt(op: SemiStreamJoin) -> None:
         op._chunk_bytes = max(op.spec.min_chunk_bytes, int(max(op._vs_avg, 1.0)))
         op._plan = Plan(1, k, avail, per)
         _set_ring(op, k, 1, per)
+        allow_switching(op)
         return
     w = max(1, int((avail - cushion_bytes(op, avail)) / (k * per)))
     if op.spec.min_chunk_bytes > 1 and op._vs_avg > 0:
@@ -172,6 +186,22 @@ def adapt(op: SemiStreamJoin) -> None:
     op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
     op._plan = Plan(w, k * w, avail, per)
     _set_ring(op, k * w, w, per)
+    allow_switching(op)
+
+
+def allow_switching(op: SemiStreamJoin) -> None:
+    """With H_S sized: the rows s_B may take in this R-cycle (:func:`ssbj.core.switchroom.allow`).
+
+    The room is the budget less H_S as laid out, what the other structures hold and keep,
+    and the cushion H_S leaves for the next R-cycle start.
+    """
+    budget = op.spec.memory_budget
+    room = 0
+    if budget is not None:
+        held = fixed_bytes(op, sb_reserve=False) - temporaries_reserve(op) - op._sb_bytes
+        room = budget - op.hs.nbytes() - held - int(cushion_bytes(op, op._plan.avail))
+    switching = op._use_cache and op.fsm_code == SWITCHING
+    SR.allow(op, switching, room, probe_reserve(op), layout_row_bytes(op), column_bytes(op))
 
 
 # Cache.rebuild's arrays (ssbj.core.hrmerge): a row's order, new tag and run mark (4 each) and an
@@ -189,12 +219,27 @@ def layout_row_bytes(op: SemiStreamJoin) -> float:
     return v
 
 
+def column_bytes(op: SemiStreamJoin) -> list[float]:
+    """Bytes per row of each of H_R's columns (before anything is cached: from the layout's types)."""
+    cache = op.cache
+    if cache.rows:
+        return [float(c.nbytes) / cache.rows for c in cache.columns]
+    whole = layout_row_bytes(op)  # (a variable-width column may take the whole row)
+    return [_width(f.type, whole) for f in op._master_layout]
+
+
+def _width(t: pa.DataType, whole: float) -> float:
+    """Bytes per row of a column of type ``t`` with its validity bits (``whole`` when not fixed-width)."""
+    try:
+        bits = t.bit_width
+    except ValueError:
+        return whole
+    return (bits + 1) / 8 if bits and not pa.types.is_dictionary(t) else whole
+
+
 def widest_column_bytes(op: SemiStreamJoin) -> float:
     """Bytes per row of H_R's widest column (the whole row before anything is cached)."""
-    cache = op.cache
-    if not cache.rows:
-        return layout_row_bytes(op)
-    return float(max(c.nbytes for c in cache.columns)) / cache.rows
+    return max(column_bytes(op))
 
 
 def rebuild_bytes(op: SemiStreamJoin, rows: int) -> int:

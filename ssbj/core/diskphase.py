@@ -29,7 +29,18 @@ from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, store_append, take_all_rows
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, kset_slot, mix
-from ssbj.core.hs import ST_DECIDED, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, since_mark, tracked_through
+from ssbj.core.hs import (
+    DEFERRED,
+    INCREMENTING,
+    ST_DECIDED,
+    ST_LAST,
+    ST_ROWS,
+    ST_SINCE,
+    ST_SWITCH,
+    SWITCHING,
+    eligible_before,
+    since_mark,
+)
 from ssbj.core.hsindex import ix_find
 from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
 from ssbj.core.interest import interest_set, interest_test
@@ -44,9 +55,6 @@ if TYPE_CHECKING:
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
-INCREMENTING = 1
-SWITCHING = 2
-UNIQUE_ELIGIBLE = 1 << 40  # eligibility bound that admits every candidate (unique key)
 _ALL_VALID = np.zeros(0, dtype=bool)  # a validity array of no rows: every key is valid
 
 
@@ -85,6 +93,7 @@ def disk_probe(
     hused: np.ndarray,
     ek: np.ndarray,
     ibits: np.ndarray,
+    sb_allow: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
     """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits).
 
@@ -97,7 +106,9 @@ def disk_probe(
     candidate of the value statistics (while the table has room; tracked since ``since``),
     and a tracked value met with tuples in H_S records the R-cycle (``ST_LAST``). The chain
     is walked here anyway, so admission costs the stream side nothing, and only values
-    with master rows become candidates (a value without rows is found at expiry).
+    with master rows become candidates (a value without rows is found at expiry). A value
+    the inequality takes switches while its rows fit ``sb_allow[0]`` (rows s_B may still
+    take), which it then lowers; otherwise ``sb_allow[1]`` counts it as deferred.
     """
     b = mkeys.shape[0]
     every = mvalid.shape[0] == 0  # no NULL keys: no validity array
@@ -173,9 +184,14 @@ def disk_probe(
                         # first master tuple of the value in this R-cycle: decide once
                         st_pay[j, ST_DECIDED] = rc
                         # (a value met here has a row: a unique key's s_count is never counted)
-                        m_cache = max(st_pay[j, ST_ROWS], 1) * row_cost + entry_cost
-                        if n * tuple_cost > switch_factor * m_cache:
-                            st_pay[j, ST_SWITCH] = 1
+                        m = max(st_pay[j, ST_ROWS], 1)
+                        if n * tuple_cost > switch_factor * (m * row_cost + entry_cost):
+                            if m <= sb_allow[0]:  # s_B's rows stay within their reserve (ssbj.core.switchroom)
+                                sb_allow[0] -= m
+                                st_pay[j, ST_SWITCH] = 1
+                            else:  # decided again next R-cycle (ssbj.core.stats.ValueStats.retry_deferred)
+                                st_pay[j, ST_SWITCH] = DEFERRED
+                                sb_allow[1] += 1
                     if st_pay[j, ST_SWITCH] == 1:
                         if nsb == sb.shape[0]:
                             sb = _grow(sb, nsb + 1)
@@ -347,9 +363,8 @@ def disk_phase(
     tracked = op.stats.size
     refresh = acc.refresh
     tuple_cost, row_cost, entry_cost = acc.costs
-    # tracked since the first step of the incrementing R-cycle (rc - 1) or before; with a
-    # unique key m = 1 is known, so any candidate decides at its row
-    eligible = (UNIQUE_ELIGIBLE if op._unique else tracked_through(op._rc - 1)) if fsm == SWITCHING else -1
+    eligible = eligible_before(op._rc, op._unique) if fsm == SWITCHING else -1
+    deferred = int(op._sb_allow[1])
     pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
         mk.values,
         mk.valid,
@@ -379,7 +394,10 @@ def disk_phase(
         cache.index.used,
         cache.empties.blob,
         op.interest.bits,
+        op._sb_allow,
     )
+    if op._sb_allow[1] > deferred:
+        op._c.bump("switch_deferred", int(op._sb_allow[1]) - deferred)
     if op._use_cache:
         op.interest.added += op.stats.size - tracked
         if op.interest.overfull:

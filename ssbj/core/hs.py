@@ -54,8 +54,13 @@ ST_ROWS = 0  # s_count: master rows met in the incrementing R-cycle
 ST_SINCE = 1  # when tracking began: 2 x R-cycle, + 1 unless at the R-cycle's first step
 ST_LAST = 2  # last R-cycle the value entered H_S
 ST_DECIDED = 3  # R-cycle of the switching decision
-ST_SWITCH = 4  # 1 while the value's rows are collected in s_B
+ST_SWITCH = 4  # 1 while the value's rows are collected in s_B, DEFERRED when they did not fit
+DEFERRED = 2  # ST_SWITCH of a value the inequality took whose rows s_B had no room for (ssbj.core.switchroom)
 ST_FIELDS = 5
+
+# R-cycle kinds of Algorithm 1's switching FSM (ssbj.core.operator.SemiStreamJoin.fsm_code)
+INCREMENTING = 1
+SWITCHING = 2
 
 
 def since_mark(rc: int, at_first_step: bool) -> int:
@@ -66,6 +71,15 @@ def since_mark(rc: int, at_first_step: bool) -> int:
 def tracked_through(rc: int) -> int:
     """Largest ST_SINCE of a candidate that met every partition of R-cycle ``rc`` (admitted by its first step)."""
     return since_mark(rc, True)
+
+
+def eligible_before(rc: int, unique: bool) -> int:
+    """Largest ST_SINCE of a candidate that decides in switching R-cycle ``rc``.
+
+    Tracked since the first step of the last R-cycle or before; with a unique key m = 1 is
+    known, so any candidate decides at its row.
+    """
+    return 1 << 40 if unique else tracked_through(rc - 1)
 
 
 @njit(cache=True, nogil=True)

@@ -46,11 +46,12 @@ from ssbj.core import lookupphase as LP
 from ssbj.core import persist
 from ssbj.core import reporting as RP
 from ssbj.core import switching as SW
+from ssbj.core import switchroom as SR
 from ssbj.core.arrowtypes import plain_schema
 from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
-from ssbj.core.hs import StreamTable, tracked_through
+from ssbj.core.hs import SWITCHING, StreamTable, tracked_through
 from ssbj.core.interest import EMPTY_GROWTH, Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
@@ -167,6 +168,10 @@ class SemiStreamJoin:
         self._sb_seq = 0
         self._sb_bytes = 0
         self._sb_peak = 0
+        # rows s_B may still take this R-cycle, values deferred for want of them; the planned
+        # (rows, values) of the coming switch-in (ssbj.core.switchroom)
+        self._sb_allow = np.array([SR.UNLIMITED if self.spec.memory_budget is None else 0, 0], dtype=np.int64)
+        self._switch_plan = (0, 0)
         self._buffer: deque[Buffered] = deque()
         self._buffer_bytes = 0
         self._c = Counters()
@@ -350,7 +355,7 @@ class SemiStreamJoin:
             return CC.COMPLETE
         if self._take_all:
             return CC.TAKE_ALL
-        return DP.SWITCHING if self._per_value_fsm() else self._rc % 3
+        return SWITCHING if self._per_value_fsm() else self._rc % 3
 
     def _per_value_fsm(self) -> bool:
         """Whether every R-cycle counts, decides and phases out (unique key or pipelined FSM)."""
@@ -410,6 +415,7 @@ class SemiStreamJoin:
                     self._rc,
                 )
                 self._c.evicted += len(evicted) + n_empty
+            SR.plan(self)  # (before the counts restart: the next R-cycle's switch-in from them)
             phase_out = self._phase_out_now()
             switching = self.stats.switching() if phase_out else np.zeros(0, np.int64)
             if len(evicted) or len(switching):
@@ -420,6 +426,9 @@ class SemiStreamJoin:
                 self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
                 # pipelined: only the counts of candidates about to count a whole R-cycle restart
                 self.stats.reset_s_count(tracked_through(self._rc - 1) if self._per_value_fsm() else None)
+            retried = self.stats.retry_deferred()
+            if retried:
+                self._c.bump("switch_retried", retried)
             CC.next_mode(self, resident)
             self.rebuild_interest()
         B.adapt(self)

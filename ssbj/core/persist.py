@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core import budget as B
+from ssbj.core import switchroom as SR
 from ssbj.core import takeall as TA
 from ssbj.core.cache import _row_keys
 from ssbj.core.checkpoint import DirectoryStore
@@ -147,6 +148,8 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "transient_per_tuple": op._transient_per_tuple,
         "sb_bytes": op._sb_bytes,
         "sb_peak": op._sb_peak,
+        "sb_allow": op._sb_allow.tolist(),
+        "switch_plan": list(op._switch_plan),
         "transient_peak": op._transient_peak,
         "rebuild_peak": op._rebuild_peak,
         "cache_transient_peak": op._cache_transient_peak,
@@ -204,6 +207,11 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._values_share = float(m.get("values_share", 1.0))
     op._transient_per_tuple = float(m.get("transient_per_tuple", 0.0))
     op._sb_bytes, op._sb_peak, op._sb_seq = m["sb_bytes"], m["sb_peak"], m["sb_seq"]
+    if "sb_allow" in m:  # older checkpoints: planned again at the next R-cycle start, unbounded until then
+        op._sb_allow[:] = m["sb_allow"]
+        op._switch_plan = (int(m["switch_plan"][0]), int(m["switch_plan"][1]))
+    else:
+        op._sb_allow[:] = (SR.UNLIMITED, 0)
     op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
     op._rebuild_peak = int(m.get("rebuild_peak", 0))
     op._cache_transient_peak = int(m.get("cache_transient_peak", 0))  # older checkpoints: measured again

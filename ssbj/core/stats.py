@@ -20,7 +20,17 @@ import numpy as np
 from numba import njit
 
 from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, KeyedTable, capacity_for, kset_delete, kset_delete_keys
-from ssbj.core.hs import ST_DECIDED, ST_FIELDS, ST_LAST, ST_ROWS, ST_SINCE, ST_SWITCH, since_mark, tracked_through
+from ssbj.core.hs import (
+    DEFERRED,
+    ST_DECIDED,
+    ST_FIELDS,
+    ST_LAST,
+    ST_ROWS,
+    ST_SINCE,
+    ST_SWITCH,
+    since_mark,
+    tracked_through,
+)
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
@@ -184,6 +194,18 @@ class ValueStats:
         pay = self.table.payload
         undecided = self.table.used & (pay[:, ST_SWITCH] == 0) & (pay[:, ST_DECIDED] != rc)
         pay[undecided, ST_SINCE] = since_mark(rc, at_first_step=False)
+
+    def retry_deferred(self) -> int:
+        """Let the values deferred for want of s_B's room decide again (returns how many).
+
+        At an R-cycle start, after :meth:`prune_decided` (which keeps them): their s_count
+        stays, so they decide at their first row of the next switching R-cycle.
+        """
+        pay = self.table.payload
+        deferred = self.table.used & (pay[:, ST_SWITCH] == DEFERRED)
+        pay[deferred, ST_SWITCH] = 0
+        pay[deferred, ST_DECIDED] = -1
+        return int(np.count_nonzero(deferred))
 
     def switching(self) -> np.ndarray:
         """Values whose rows are in s_B."""
