@@ -99,7 +99,8 @@ def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
         reserve = SR.reserve_bytes(op, layout_row_bytes(op))
     sb = max(op._sb_bytes, reserve) if sb_reserve else op._sb_bytes
     queue = (op._k + 2) * QUEUE_RECORD
-    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + op.rfilter.nbytes + queue
+    filters = op.rfilter.nbytes + op._rf_pending  # (a first filter deferred to the next R-cycle start)
+    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + filters + queue
     return int(disk + prefetch_reserve(op) + held + temporaries_reserve(op))
 
 
@@ -360,6 +361,14 @@ def stats_limit(op: SemiStreamJoin) -> int:
     if budget is None:
         return 1 << 62
     return int(min(STATS_SHARE * budget, op.stats.nbytes + max(room(op), 0) // 2))
+
+
+def unplanned(op: SemiStreamJoin) -> int:
+    """Bytes of the budget neither held nor kept: H_S as laid out and everything :func:`fixed_bytes` counts."""
+    budget = op.spec.memory_budget
+    if budget is None:
+        return 1 << 62
+    return budget - op.hs.nbytes() - fixed_bytes(op)
 
 
 def room(op: SemiStreamJoin) -> int:

@@ -232,7 +232,6 @@ def end_take_all(
     op._sb, op._sb_bytes = [], 0
     op._take_all = op._take_all_void = False
     op._take_all_reserve = 0
-    op._sb_peak = op._sb_peak_before  # s_B of the take-all R-cycle is no switching buffer to reserve again
     op._complete_seen.clear()
     if done:
         _finish_hs(op, unmatched)
@@ -312,8 +311,6 @@ def next_mode(op: SemiStreamJoin, resident: bool) -> None:
         op._take_all_pending = False
         return
     reserve = B.take_all_bytes(op)
-    if not op._take_all_pending:
-        op._sb_peak_before = op._sb_peak
     op._take_all_reserve = reserve
     if op._take_all_pending or _ring_fits_beside(op, reserve):
         op._take_all_pending = False

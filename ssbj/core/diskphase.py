@@ -418,7 +418,6 @@ def disk_phase(
         t = take_rows(part, sb)
         op._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), op._sb_seq))
         op._sb_bytes += int(t.nbytes) + 12 * len(sb)
-        op._sb_peak = max(op._sb_peak, op._sb_bytes)
     rows = acc.rows(op, part, mk.values, mk.valid, rf_row, rf_slot, int(n_empty)) if refresh else None
     # one take for the pairs' and the refresh's rows (a take costs ~20-60 us whatever its size)
     if len(pm) and rows is not None:

@@ -164,10 +164,10 @@ class SemiStreamJoin:
         self._scan = np.zeros(3, dtype=np.int64)  # this R-cycle's scan: rows, least and largest key
         self._scan_last = np.zeros(3, dtype=np.int64)  # the same for the last complete R-cycle
         self._rf_mark = (0, 0)  # value-less tuples counted up to this R-cycle's start
+        self._rf_pending = 0  # bytes kept for an R-filter deferred to the next R-cycle start (ssbj.core.switching)
         self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
         self._sb_seq = 0
         self._sb_bytes = 0
-        self._sb_peak = 0
         # rows s_B may still take this R-cycle, values deferred for want of them; the planned
         # (rows, values) of the coming switch-in (ssbj.core.switchroom)
         self._sb_allow = np.array([SR.UNLIMITED if self.spec.memory_budget is None else 0, 0], dtype=np.int64)
@@ -193,7 +193,6 @@ class SemiStreamJoin:
         self._take_all_pending = False  # the next R-cycle takes all; this one reserves its room
         self._complete = False
         self._take_all_reserve = 0  # bytes the budget keeps for the take-all's s_B and switch-in
-        self._sb_peak_before = 0  # the s_B reserve before the take-all R-cycle
         self._store: Any = None  # the take-all's s_B written in place (ssbj.core.takeall.RowStore)
         self._store_failed = False  # a store did not fit (R grew, a NULL): take-alls hold s_B as tables
         self._take_all_void = False  # this take-all R-cycle's s_B was dropped: nothing switches in

@@ -147,7 +147,6 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "values_share": op._values_share,
         "transient_per_tuple": op._transient_per_tuple,
         "sb_bytes": op._sb_bytes,
-        "sb_peak": op._sb_peak,
         "sb_allow": op._sb_allow.tolist(),
         "switch_plan": list(op._switch_plan),
         "transient_peak": op._transient_peak,
@@ -163,6 +162,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "scan": op._scan.tolist(),
             "scan_last": op._scan_last.tolist(),
             "mark": list(op._rf_mark),
+            "pending": op._rf_pending,
         },
         "counters": asdict(op._c),
         "complete": {
@@ -170,7 +170,6 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "pending": op._take_all_pending,
             "complete": op._complete,
             "reserve": op._take_all_reserve,
-            "sb_peak_before": op._sb_peak_before,
             "store": store_meta,
             "store_failed": op._store_failed,
             "void": op._take_all_void,
@@ -206,7 +205,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._disk_keys_bytes = int(m.get("disk_keys_bytes", 0))
     op._values_share = float(m.get("values_share", 1.0))
     op._transient_per_tuple = float(m.get("transient_per_tuple", 0.0))
-    op._sb_bytes, op._sb_peak, op._sb_seq = m["sb_bytes"], m["sb_peak"], m["sb_seq"]
+    op._sb_bytes, op._sb_seq = m["sb_bytes"], m["sb_seq"]
     if "sb_allow" in m:  # older checkpoints: planned again at the next R-cycle start, unbounded until then
         op._sb_allow[:] = m["sb_allow"]
         op._switch_plan = (int(m["switch_plan"][0]), int(m["switch_plan"][1]))
@@ -221,7 +220,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     cc = m.get("complete") or {}  # older checkpoints: no complete cache
     op._take_all, op._complete = bool(cc.get("take_all", False)), bool(cc.get("complete", False))
     op._take_all_pending = bool(cc.get("pending", False))
-    op._take_all_reserve, op._sb_peak_before = int(cc.get("reserve", 0)), int(cc.get("sb_peak_before", 0))
+    op._take_all_reserve = int(cc.get("reserve", 0))
     op._store_failed, op._take_all_void = bool(cc.get("store_failed", False)), bool(cc.get("void", False))
     if cc.get("store"):
         t = store.read_table(cc["store"]["name"])
@@ -291,6 +290,7 @@ def _load_rfilter(op: SemiStreamJoin, m: dict[str, Any] | None, arrays: dict[str
     op._scan = np.asarray(m["scan"], dtype=np.int64)
     op._scan_last = np.asarray(m["scan_last"], dtype=np.int64)
     op._rf_mark = (int(m["mark"][0]), int(m["mark"][1]))
+    op._rf_pending = int(m.get("pending", 0))  # older checkpoints: none deferred
 
 
 def _load_hs(op: SemiStreamJoin, store: DirectoryStore, m: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

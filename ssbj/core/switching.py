@@ -204,7 +204,10 @@ def plan_filter(op: SemiStreamJoin) -> None:
     then at every eviction R-cycle (a rebuilt filter forgets values deleted from R). The
     saving is the H_S bytes those tuples would hold (they wait one R-cycle each), counted
     with the tuples the filter answered itself. ``always`` (tests): from R-cycle 2, as
-    large as the planner allows.
+    large as the planner allows. A filter that does not fit the budget's unplanned bytes
+    now (a rebuild usually fits the cushion H_S keeps ahead of it,
+    :func:`ssbj.core.budget.cushion_bytes`) is deferred: its bytes are kept free in this
+    R-cycle (:func:`ssbj.core.budget.fixed_bytes`) and it is planned again at the next start.
     """
     op._c.bump("empties_filtered", drop_answered_empties(op))
     mode, rc = op.spec.r_filter, op._rc
@@ -214,7 +217,7 @@ def plan_filter(op: SemiStreamJoin) -> None:
     first = 2 if mode == "always" else 3
     if mode == "off" or rc < first or op.rfilter.building is not None:
         return
-    if rc != first and rc % op.spec.eviction_interval != 0:
+    if rc != first and rc % op.spec.eviction_interval != 0 and not op._rf_pending:
         return
     value_less = (now[0] - mark[0]) + (now[1] - mark[1])
     saving = 1e18 if mode == "always" else value_less * op.tuple_cost()
@@ -222,6 +225,15 @@ def plan_filter(op: SemiStreamJoin) -> None:
     p = rf_plan(rows, kmin, kmax, is_exact(op._family), saving)
     if p.mode == OFF:
         op.rfilter.drop()
+        op._rf_pending = 0
         return
+    if p.nbytes > B.unplanned(op) + op._rf_pending:  # (the bytes kept for it are its own)
+        # H_S is sized for this R-cycle and cannot shrink under its live tuples: keep the
+        # filter's bytes free in this R-cycle and build it at the next start (an active
+        # filter answers meanwhile)
+        op._rf_pending = p.nbytes
+        op._c.bump("filter_deferred")
+        return
+    op._rf_pending = 0
     op.rfilter.start(p, rc)
     op._c.bump("filter_builds")
