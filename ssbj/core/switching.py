@@ -204,10 +204,12 @@ def plan_filter(op: SemiStreamJoin) -> None:
     then at every eviction R-cycle (a rebuilt filter forgets values deleted from R). The
     saving is the H_S bytes those tuples would hold (they wait one R-cycle each), counted
     with the tuples the filter answered itself. ``always`` (tests): from R-cycle 2, as
-    large as the planner allows. A filter that does not fit the budget's unplanned bytes
-    now (a rebuild usually fits the cushion H_S keeps ahead of it,
-    :func:`ssbj.core.budget.cushion_bytes`) is deferred: its bytes are kept free in this
-    R-cycle (:func:`ssbj.core.budget.fixed_bytes`) and it is planned again at the next start.
+    large as the planner allows. A filter must fit the budget's unplanned bytes now (H_S
+    keeps a cushion for it ahead of an eviction R-cycle, :func:`ssbj.core.budget.cushion_bytes`,
+    but cannot shrink under its live tuples): a rebuild that does not is skipped (the active
+    filter answers on, forgetting deleted values later), a first filter deferred: its bytes
+    are kept free in this R-cycle (:func:`ssbj.core.budget.fixed_bytes`) and it is planned
+    again at the next start.
     """
     op._c.bump("empties_filtered", drop_answered_empties(op))
     mode, rc = op.spec.r_filter, op._rc
@@ -228,10 +230,11 @@ def plan_filter(op: SemiStreamJoin) -> None:
         op._rf_pending = 0
         return
     if p.nbytes > B.unplanned(op) + op._rf_pending:  # (the bytes kept for it are its own)
-        # H_S is sized for this R-cycle and cannot shrink under its live tuples: keep the
-        # filter's bytes free in this R-cycle and build it at the next start (an active
-        # filter answers meanwhile)
-        op._rf_pending = p.nbytes
+        # H_S is sized for this R-cycle and cannot shrink under its live tuples
+        if op.rfilter.active is not None:  # it answers on; rebuilt at a later eviction R-cycle
+            op._c.bump("filter_rebuilds_skipped")
+            return
+        op._rf_pending = p.nbytes  # kept free in this R-cycle, built at the next start
         op._c.bump("filter_deferred")
         return
     op._rf_pending = 0
