@@ -89,6 +89,12 @@ def rebuild_hr(op: SemiStreamJoin, evicted: np.ndarray, switching: np.ndarray) -
     op._sb_bytes = 0
 
 
+# a filter up to this share of the budget beyond the unplanned bytes is built at once: while
+# w shrinks (the cache filling, drift), H_S's ring lags an R-cycle behind its plan and the
+# unplanned bytes are near zero at every start; the budget's 1.05x tolerance covers that
+# much (bench/results/bound: 250 kB at 10% of R, 3.5%), a larger one waits
+FILTER_SLACK = 0.04
+
 RESIDENT_HS_SHARE = 0.10  # H_S must keep at least this share of the budget for R to count as held
 
 
@@ -204,12 +210,12 @@ def plan_filter(op: SemiStreamJoin) -> None:
     then at every eviction R-cycle (a rebuilt filter forgets values deleted from R). The
     saving is the H_S bytes those tuples would hold (they wait one R-cycle each), counted
     with the tuples the filter answered itself. ``always`` (tests): from R-cycle 2, as
-    large as the planner allows. A filter must fit the budget's unplanned bytes now (H_S
-    keeps a cushion for it ahead of an eviction R-cycle, :func:`ssbj.core.budget.cushion_bytes`,
-    but cannot shrink under its live tuples): a rebuild that does not is skipped (the active
-    filter answers on, forgetting deleted values later), a first filter deferred: its bytes
-    are kept free in this R-cycle (:func:`ssbj.core.budget.fixed_bytes`) and it is planned
-    again at the next start.
+    large as the planner allows. A filter must fit the budget's unplanned bytes now, with
+    ``FILTER_SLACK`` (H_S keeps a cushion for it ahead of an eviction R-cycle,
+    :func:`ssbj.core.budget.cushion_bytes`, but cannot shrink under its live tuples): a
+    rebuild that does not is skipped (the active filter answers on, forgetting deleted
+    values later), a first filter deferred: its bytes are kept free in this R-cycle
+    (:func:`ssbj.core.budget.fixed_bytes`) and it is planned again at the next start.
     """
     op._c.bump("empties_filtered", drop_answered_empties(op))
     mode, rc = op.spec.r_filter, op._rc
@@ -229,7 +235,8 @@ def plan_filter(op: SemiStreamJoin) -> None:
         op.rfilter.drop()
         op._rf_pending = 0
         return
-    if p.nbytes > B.unplanned(op) + op._rf_pending:  # (the bytes kept for it are its own)
+    slack = FILTER_SLACK * (op.spec.memory_budget or 0)
+    if p.nbytes > B.unplanned(op) + op._rf_pending + slack:  # (the bytes kept for it are its own)
         # H_S is sized for this R-cycle and cannot shrink under its live tuples
         if op.rfilter.active is not None:  # it answers on; rebuilt at a later eviction R-cycle
             op._c.bump("filter_rebuilds_skipped")
