@@ -291,7 +291,7 @@ def values_estimate(op: SemiStreamJoin, rows: int) -> int:
 
 def switch_transient(op: SemiStreamJoin) -> int:
     """Return the transient of switching s_B in now (the rebuild of H_R with s_B's rows)."""
-    return rebuild_bytes(op, op.cache.rows + sum(len(k) for _, k, _, _ in op._sb))
+    return rebuild_bytes(op, op.cache.rows + SR.sb_rows(op))
 
 
 def cushion_bytes(op: SemiStreamJoin, avail: float) -> float:

@@ -165,7 +165,7 @@ def allow(op: SemiStreamJoin, switching: bool, room: int, probes: int, row_bytes
     if not switching:
         op._sb_allow[0] = 0
         return
-    held = sum(len(k) for _, k, _, _ in op._sb)
+    held = sb_rows(op)
     rows, values = op._switch_plan
     per_value = values / rows if rows else 1.0
     ix = op.cache.index
@@ -186,6 +186,11 @@ def allow(op: SemiStreamJoin, switching: bool, room: int, probes: int, row_bytes
         else:
             hi = mid - 1
     op._sb_allow[0] = lo
+
+
+def sb_rows(op: SemiStreamJoin) -> int:
+    """Rows s_B holds now."""
+    return sum(len(k) for _, k, _, _ in op._sb)
 
 
 def reserve_bytes(op: SemiStreamJoin, row_bytes: float) -> int:

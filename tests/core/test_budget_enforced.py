@@ -200,6 +200,18 @@ def _with_strings(stream: pa.Table, seed: int = 5) -> pa.Table:
     return stream.append_column("code", pa.array(code)).append_column("comment", pa.array(comment))
 
 
+def _exact_peaks(op: SemiStreamJoin, stream: pa.Table, master: pa.Table, budget: int) -> list[float]:
+    """Run ``op`` in batches of 2,000, check it against a batch join; return memory / budget after each later step."""
+    out: Counter[Any] = Counter()
+    peaks = []
+    for r in op.run(stream.to_batches(max_chunksize=2_000)):
+        out += as_multiset(r.enriched)
+        if r.metrics.step > 0:
+            peaks.append(r.metrics.memory.total / budget)
+    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+    return peaks
+
+
 @pytest.mark.parametrize("budget", [60_000, 150_000, 400_000])
 @pytest.mark.parametrize("algorithm", ["ssbj", "meshjoin"])
 def test_peak_within_budget_with_variable_width_stream_rows(budget: int, algorithm: str) -> None:
@@ -211,13 +223,7 @@ def test_peak_within_budget_with_variable_width_stream_rows(budget: int, algorit
     stream, master = drifting(20_000, 40_000)
     stream = _with_strings(stream)
     op, _ = _op(stream, master, budget, algorithm)
-    out: Counter[Any] = Counter()
-    peaks = []
-    for r in op.run(stream.to_batches(max_chunksize=2_000)):
-        out += as_multiset(r.enriched)
-        if r.metrics.step > 0:
-            peaks.append(r.metrics.memory.total / budget)
-    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+    peaks = _exact_peaks(op, stream, master, budget)
     assert op.totals()["r_cycles"] >= 3
     assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
     held = op.memory()
@@ -244,13 +250,7 @@ def test_peak_within_budget_at_the_first_large_switch_in(switching: str) -> None
     budget = int(0.3 * float(row_nbytes(master.select(["mk", "mid", "attr"])).sum()))
     spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=budget, chunk_bytes=budget // 16, switching=switching)
     op = SemiStreamJoin(spec, ArrowMaster(master, n_master // 100), stream.schema, master.schema)
-    out: Counter[Any] = Counter()
-    peaks = []
-    for r in op.run(stream.to_batches(max_chunksize=2_000)):
-        out += as_multiset(r.enriched)
-        if r.metrics.step > 0:
-            peaks.append(r.metrics.memory.total / budget)
-    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+    peaks = _exact_peaks(op, stream, master, budget)
     assert op.totals()["cache_share"] > 0.4  # the values still switch in
     assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
 
@@ -285,13 +285,7 @@ def test_peak_within_budget_when_an_r_filter_is_built(r_filter: str) -> None:
         eviction_interval=3,
     )
     op = SemiStreamJoin(spec, ArrowMaster(master, n_master // 36), stream.schema, master.schema)
-    out: Counter[Any] = Counter()
-    peaks = []
-    for r in op.run(stream.to_batches(max_chunksize=2_000)):
-        out += as_multiset(r.enriched)
-        if r.metrics.step > 0:
-            peaks.append(r.metrics.memory.total / budget)
-    assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+    peaks = _exact_peaks(op, stream, master, budget)
     assert op.totals()["unmatched_source_rows"] + op.totals()["matched_source_rows"] == n_stream
     assert op._c.extra.get("filter_builds", 0) >= 1  # the filter is still built
     assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
