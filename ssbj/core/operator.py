@@ -15,8 +15,8 @@ of the SSBJ paper (Naeem, Weber, Lutteroth, DAPD 2018):
 4. expiry (lines 39-41): the oldest chunk, which has now met every partition of R,
    leaves H_S and Q; a tuple leaving unmatched shows that its value has no master rows.
 
-This module orchestrates; each phase and structure lives in its own module: the cache
-phase in :mod:`ssbj.core.cachephase`, the disk phase and expiry in
+This module orchestrates; each phase and structure lives in its own module: the new
+R-cycle in :mod:`ssbj.core.rcycle`, the cache phase in :mod:`ssbj.core.cachephase`, the disk phase and expiry in
 :mod:`ssbj.core.diskphase`, switch-in, empty entries and H_R rebuilds in
 :mod:`ssbj.core.switching`; H_S and Q in :mod:`ssbj.core.hs`, H_R in
 :mod:`ssbj.core.cache`, the value statistics in :mod:`ssbj.core.stats`, the disk phase's
@@ -44,15 +44,15 @@ from ssbj.core import diskphase as DP
 from ssbj.core import expiry as EX
 from ssbj.core import lookupphase as LP
 from ssbj.core import persist
+from ssbj.core import rcycle as RC
 from ssbj.core import reporting as RP
-from ssbj.core import switching as SW
 from ssbj.core import switchroom as SR
 from ssbj.core.arrowtypes import plain_schema
 from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
-from ssbj.core.hs import SWITCHING, StreamTable, tracked_through
-from ssbj.core.interest import EMPTY_GROWTH, Interest
+from ssbj.core.hs import SWITCHING, StreamTable
+from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport
@@ -375,76 +375,12 @@ class SemiStreamJoin:
         return self._rc
 
     def _begin_r_cycle(self, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]) -> None:
-        """Lines 3-14 (and the eviction of lines 42-51): FSM, eviction, phase-out, adapt w."""
-        self._rc += 1
-        self._k = self.master.num_partitions()
-        self.cache.set_partitions(self._k)
-        self._cycle_start[self._rc] = self._step
-        for old in [c for c in self._cycle_start if c < self._rc - 2]:
-            del self._cycle_start[old]
-        if self._use_cache:
-            self._scan_last, self._scan = self._scan, np.zeros(3, dtype=np.int64)
-            self.rfilter.new_cycle(self._rc)
-            SW.plan_filter(self)
-            if self._rc > 1:
-                self.stats.gc(self._rc)
-            # the budget holds all of R (Theorem 3): admit at two tuples, track as many
-            # values as R has (within the statistics' budget share), evict nothing
-            resident = SW.holds_all_of_r(self)
-            if resident:
-                self.stats.max_values = max(self.stats.max_values, int(self._scan_last[0]))
-            self.stats.set_admission(
-                self.tuple_cost(),
-                self.row_cost(),
-                self.entry_cost(),
-                self.spec.switch_factor,
-                self.spec.count_overheads,
-                resident=resident,
-            )
-            if self._take_all:  # the take-all R-cycle ended: all of s_B moves into H_R
-                CC.end_take_all(self, resident, pairs, unmatched)
-            evicted = np.zeros(0, np.int64)
-            if self._rc % self.spec.eviction_interval == 0 and not resident:
-                evicted, n_empty = self.cache.evict(
-                    self.row_cost(),
-                    self.entry_cost(),
-                    self.empty_cost(),
-                    self.tuple_cost(),
-                    self.spec.switch_factor,
-                    self._rc,
-                )
-                self._c.evicted += len(evicted) + n_empty
-            SR.plan(self)  # (before the counts restart: the next R-cycle's switch-in from them)
-            phase_out = self._phase_out_now()
-            switching = self.stats.switching() if phase_out else np.zeros(0, np.int64)
-            if len(evicted) or len(switching):
-                SW.rebuild_hr(self, evicted, switching)
-            if len(switching):  # phase-out: MOVE all tuples from s_B to H_R
-                SW.switch_in(self, switching, pairs, unmatched)
-            if phase_out:
-                self._c.bump("candidates_pruned", self.stats.prune_decided(self._rc))
-                # pipelined: only the counts of candidates about to count a whole R-cycle restart
-                self.stats.reset_s_count(tracked_through(self._rc - 1) if self._per_value_fsm() else None)
-            retried = self.stats.retry_deferred()
-            if retried:
-                self._c.bump("switch_retried", retried)
-            CC.next_mode(self, resident)
-            self.rebuild_interest()
-        B.adapt(self)
+        """Lines 3-14 of Algorithm 1 (:func:`ssbj.core.rcycle.begin_r_cycle`)."""
+        RC.begin_r_cycle(self, pairs, unmatched)
 
     def rebuild_interest(self) -> None:
-        """Refill the disk phase's filter from the statistics, H_R and the empty entries."""
-        st, cache = self.stats.table, self.cache
-        self.interest.rebuild(
-            st.keys[st.used],
-            cache.index.keys[cache.index.used],
-            cache.empties.keys,
-            expect=int(self.stats.meta[1] + cache.values + EMPTY_GROWTH * cache.empty_values) + 64,
-        )
-
-    # ------------------------------------------------------------------ cache phase
-
-    # ------------------------------------------------------------------ disk phase
+        """Refill the disk phase's filter (:func:`ssbj.core.rcycle.rebuild_interest`)."""
+        RC.rebuild_interest(self)
 
     # ------------------------------------------------------------------ output
     def _verified(self, s: pa.Table, m: pa.Table) -> np.ndarray | None:
