@@ -45,9 +45,12 @@ def expire(op: SemiStreamJoin, p: int, unmatched: list[pa.Table]) -> None:
         op._c.served_disk += live
         op._c.matched += live - len(um)
         if len(um):
-            unmatched.append(hs.take(um))
             op._c.bump("hs_unmatched", len(um))
-        hs.rows.drop_before(base + n)
         hs.values -= int(gone)
-        if len(empties):
-            cache_empties(op, np.unique(empties), unmatched)
+        if len(empties):  # before the chunk is dropped: one gather for its unmatched rows and theirs
+            more = cache_empties(op, np.unique(empties), lo=base + n)
+            if len(more):
+                um = np.concatenate((um, more))
+        if len(um):
+            unmatched.append(hs.take(um))
+        hs.rows.drop_before(base + n)

@@ -124,27 +124,30 @@ def holds_rows(op: SemiStreamJoin, rows: int) -> bool:
     return need <= (1.0 - RESIDENT_HS_SHARE) * budget
 
 
-def cache_empties(op: SemiStreamJoin, keys: np.ndarray, unmatched: list[pa.Table]) -> None:
+def cache_empties(op: SemiStreamJoin, keys: np.ndarray, lo: int | None = None) -> np.ndarray:
     """Values found to have no master rows enter the cache as empty entries.
 
-    Their other tuples in H_S cannot match either: they finish now, unmatched.
+    Their other tuples in H_S cannot match either: they finish now, unmatched. Returns
+    their slots (removed from H_S, still live in the ring): the caller takes their rows
+    with the expiring chunk's unmatched ones, in one gather. ``lo``: H_S's oldest live
+    slot (default the ring's; expiry passes the expired chunk's end before dropping it).
     """
     keys = keys[: op.cache.empties.add_within(keys, B.empties_room(op))]
     if not len(keys):
-        return
+        return np.zeros(0, np.int64)
     op.interest.add(keys)
     if op.interest.overfull:
         op.rebuild_interest()
     hs = op.hs
-    slots, which = hs_remove(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
+    slots, which = hs_remove(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo if lo is None else lo, hs.hi, keys)
     hs.values -= len(np.unique(which))
     if len(slots):
-        unmatched.append(hs.take(slots))
         hs.live -= len(slots)
         op._c.served_disk += len(slots)
         op._c.bump("hs_unmatched", len(slots))
     op.stats.delete(keys)
     op._c.bump("empties_cached", len(keys))
+    return slots
 
 
 def switch_in(
