@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ssbj.bench.exp_bound import breakdown_markdown
+from ssbj.bench.exp_bound import FACTORS_NOTE, breakdown_markdown, factors_markdown
 from ssbj.bench.experiments import EXPERIMENTS, PRESETS, run_experiments
 from ssbj.bench.pipeline import cli as pipeline_cli
 from ssbj.core import CostConstants
@@ -361,6 +361,9 @@ def write_report(doc: Json, path: Path) -> None:
         table = breakdown_markdown(doc["experiments"]["bound"])
         if table:
             lines += ["", "## Where the budget goes (bound experiment, skew 1, stationary)", "", *table]
+        table = factors_markdown(doc["experiments"]["bound"])
+        if table:
+            lines += ["", "## Where the efficiency goes (bound experiment)", "", *FACTORS_NOTE, "", *table]
     path.write_text("\n".join(lines) + "\n")
 
 

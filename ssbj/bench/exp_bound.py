@@ -148,6 +148,7 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
     out["tuples_per_r_cycle_ratio"] = _ratio(s["tuples_per_r_cycle"], m["tuples_per_r_cycle"])
     out["c_loop_ratio"] = _ratio(s["c_loop_mean"], m["c_loop_mean"])
     out["budget_bytes_per_waiting_tuple_over_v_s"] = s["budget_bytes_per_waiting_tuple"] / ds.v_s
+    out["efficiency_factors"] = efficiency_factors(out)
     out["meshjoin_budget_bytes_per_waiting_tuple_over_v_s"] = m["budget_bytes_per_waiting_tuple"] / ds.v_s
     return out
 
@@ -199,6 +200,62 @@ def breakdown_markdown(res: Json) -> list[str]:
     cells = [f"{p[a]['tuples_per_r_cycle'] / p['bound']['n_meshjoin']:.2f}" for p, a in cols]
     lines.append("| tuples per R-cycle / (M / v_S) | " + " | ".join(cells) + " |")
     return lines
+
+
+def efficiency_factors(pt: Json) -> dict[str, float] | None:
+    """Achieved / Theorem 1's bound as a product of three measured factors (None: no bound).
+
+    * ``structures``: the structural bound over the bound: what an exact cache built with
+      this implementation's per-tuple, per-row and per-entry bytes and fixed structures
+      could hold at best;
+    * ``memory_use``: tuples per R-cycle SSBJ / MESHJOIN over the structural bound: how much
+      of that the adaptive cache, the budget's reserves and the warm-up reach;
+    * ``r_cycle_time``: the service-rate ratio over the tuples-per-R-cycle ratio, i.e.
+      MESHJOIN's R-cycle time over SSBJ's. The bound assumes 1 (the scan of R dominates
+      both); joining more tuples per R-cycle makes SSBJ's R-cycle longer when it does not.
+
+    The product is ``efficiency`` (exactly, up to rounding).
+    """
+    if "error" in pt or pt.get("efficiency") is None:
+        return None
+    bound, structural = pt["bound"]["ratio"], pt["structural_bound"]["ratio"]
+    tuples = pt["tuples_per_r_cycle_ratio"]
+    if not (math.isfinite(bound) and math.isfinite(structural)) or not tuples:
+        return None
+    return {
+        "structures": structural / bound,
+        "memory_use": tuples / structural,
+        "r_cycle_time": pt["ratio_service_rate"] / tuples,
+    }
+
+
+FACTORS_NOTE = [
+    "Efficiency = achieved / Theorem 1's bound = *structures* (the structural bound over the bound:",
+    "this implementation's per-tuple, per-row and per-entry bytes and fixed structures priced in) x",
+    "*memory use* (tuples per R-cycle SSBJ / MESHJOIN over the structural bound) x *R-cycle time*",
+    "(service-rate ratio over tuples-per-R-cycle ratio: MESHJOIN's R-cycle time over SSBJ's; the bound",
+    "assumes 1, which holds where reading R dominates both, not for a master in memory).",
+]
+
+
+def factors_markdown(res: Json) -> list[str]:
+    """Where the efficiency goes, per point with a finite bound (:func:`efficiency_factors`)."""
+    lines = [
+        "| setting | bound | structural bound | tuples per R-cycle S / M | service rate S / M "
+        "| structures | memory use | R-cycle time | efficiency |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for pt in res.get("points", []):
+        f = efficiency_factors(pt)
+        if f is None:
+            continue
+        setting = f"skew {pt['skew']:g} {'drift' if pt['drifting'] else 'stat.'} {pt['memory_fraction']:.0%}"
+        lines.append(
+            f"| {setting} | {pt['bound']['ratio']:.2f}x | {pt['structural_bound']['ratio']:.2f}x "
+            f"| {pt['tuples_per_r_cycle_ratio']:.2f}x | {pt['ratio_service_rate']:.2f}x "
+            f"| {f['structures']:.2f} | {f['memory_use']:.2f} | {f['r_cycle_time']:.2f} | {pt['efficiency']:.2f} |"
+        )
+    return lines if len(lines) > 2 else []
 
 
 def _x(v: float | None, unit: str = "x") -> str:
