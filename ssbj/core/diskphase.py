@@ -94,6 +94,7 @@ def disk_probe(
     ek: np.ndarray,
     ibits: np.ndarray,
     sb_allow: np.ndarray,
+    early: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
     """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits).
 
@@ -108,7 +109,9 @@ def disk_probe(
     is walked here anyway, so admission costs the stream side nothing, and only values
     with master rows become candidates (a value without rows is found at expiry). A value
     the inequality takes switches while its rows fit ``sb_allow[0]`` (rows s_B may still
-    take), which it then lowers; otherwise ``sb_allow[1]`` counts it as deferred.
+    take), which it then lowers; otherwise ``sb_allow[1]`` counts it as deferred. ``early``
+    (the pipelined FSM, :func:`ssbj.core.rcycle.early_rows`): [most rows of any counted
+    candidate (0: off), early switches, early switches given up].
     """
     b = mkeys.shape[0]
     every = mvalid.shape[0] == 0  # no NULL keys: no validity array
@@ -178,7 +181,28 @@ def disk_probe(
                 if fsm == INCREMENTING or st_pay[j, ST_SINCE] > eligible_before:
                     # (switching: a candidate not tracked through the last R-cycle counts
                     # this one; the paper's FSM resets those counts at its phase-out)
+                    if fsm == SWITCHING and early[0] > 0 and st_pay[j, ST_SINCE] == 2 * rc - 1:
+                        # admitted during the last R-cycle: at its first row of this one it
+                        # switches at once if its tuples outweigh the most rows any counted
+                        # value had (early[0], reserved in s_B); past that many rows it gives up
+                        if st_pay[j, ST_ROWS] == 0 and st_pay[j, ST_SWITCH] == 0:
+                            if (
+                                n * tuple_cost > switch_factor * (early[0] * row_cost + entry_cost)
+                                and early[0] <= sb_allow[0]
+                            ):
+                                sb_allow[0] -= early[0]
+                                st_pay[j, ST_SWITCH] = 1
+                                st_pay[j, ST_DECIDED] = rc
+                                early[1] += 1
+                        elif st_pay[j, ST_SWITCH] == 1 and st_pay[j, ST_ROWS] >= early[0]:
+                            st_pay[j, ST_SWITCH] = DEFERRED  # its s_B rows are dropped at the switch-in
+                            early[2] += 1
                     st_pay[j, ST_ROWS] += 1
+                    if st_pay[j, ST_SWITCH] == 1:
+                        if nsb == sb.shape[0]:
+                            sb = _grow(sb, nsb + 1)
+                        sb[nsb] = i
+                        nsb += 1
                 else:
                     if st_pay[j, ST_DECIDED] != rc:
                         # first master tuple of the value in this R-cycle: decide once
@@ -395,9 +419,14 @@ def disk_phase(
         cache.empties.blob,
         op.interest.bits,
         op._sb_allow,
+        op._early,
     )
     if op._sb_allow[1] > deferred:
         op._c.bump("switch_deferred", int(op._sb_allow[1]) - deferred)
+    if op._early[1] or op._early[2]:
+        op._c.bump("switch_early", int(op._early[1]))
+        op._c.bump("switch_early_given_up", int(op._early[2]))
+        op._early[1:] = 0
     if op._use_cache:
         op.interest.added += op.stats.size - tracked
         if op.interest.overfull:

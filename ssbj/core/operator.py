@@ -172,6 +172,9 @@ class SemiStreamJoin:
         # (rows, values) of the coming switch-in (ssbj.core.switchroom)
         self._sb_allow = np.array([SR.UNLIMITED if self.spec.memory_budget is None else 0, 0], dtype=np.int64)
         self._switch_plan = (0, 0)
+        # the pipelined FSM's early switch (ssbj.core.rcycle.early_rows): [rows reserved per
+        # value (0: off), early switches and early switches given up since the last count]
+        self._early = np.zeros(3, dtype=np.int64)
         self._buffer: deque[Buffered] = deque()
         self._buffer_bytes = 0
         self._c = Counters()

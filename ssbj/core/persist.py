@@ -149,6 +149,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "sb_bytes": op._sb_bytes,
         "sb_allow": op._sb_allow.tolist(),
         "switch_plan": list(op._switch_plan),
+        "early_rows": int(op._early[0]),
         "transient_peak": op._transient_peak,
         "rebuild_peak": op._rebuild_peak,
         "cache_transient_peak": op._cache_transient_peak,
@@ -211,6 +212,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         op._switch_plan = (int(m["switch_plan"][0]), int(m["switch_plan"][1]))
     else:
         op._sb_allow[:] = (SR.UNLIMITED, 0)
+    op._early[:] = (int(m.get("early_rows", 0)), 0, 0)  # older checkpoints: off until the next R-cycle start
     op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
     op._rebuild_peak = int(m.get("rebuild_peak", 0))
     op._cache_transient_peak = int(m.get("cache_transient_peak", 0))  # older checkpoints: measured again

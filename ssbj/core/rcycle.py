@@ -19,7 +19,7 @@ from ssbj.core import budget as B
 from ssbj.core import complete as CC
 from ssbj.core import switching as SW
 from ssbj.core import switchroom as SR
-from ssbj.core.hs import tracked_through
+from ssbj.core.hs import ST_ROWS, ST_SINCE, tracked_through
 from ssbj.core.interest import EMPTY_GROWTH
 
 if TYPE_CHECKING:
@@ -67,12 +67,15 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
             )
             op._c.evicted += len(evicted) + n_empty
         SR.plan(op)  # (before the counts restart: the next R-cycle's switch-in from them)
+        op._early[0] = early_rows(op)
         phase_out = op._phase_out_now()
         switching = op.stats.switching() if phase_out else np.zeros(0, np.int64)
         if len(evicted) or len(switching):
             SW.rebuild_hr(op, evicted, switching)
         if len(switching):  # phase-out: MOVE all tuples from s_B to H_R
             SW.switch_in(op, switching, pairs, unmatched)
+        elif phase_out and op._sb:  # only early switches given up: their rows are not needed
+            SW.drop_sb(op)
         if phase_out:
             op._c.bump("candidates_pruned", op.stats.prune_decided(op._rc))
             # pipelined: only the counts of candidates about to count a whole R-cycle restart
@@ -94,3 +97,30 @@ def rebuild_interest(op: SemiStreamJoin) -> None:
         cache.empties.keys,
         expect=int(op.stats.meta[1] + cache.values + EMPTY_GROWTH * cache.empty_values) + 64,
     )
+
+
+EARLY_QUANTILE = 0.9  # of the rows of candidates counted through a whole R-cycle: s_B's reserve per early value
+
+
+def early_rows(op: SemiStreamJoin) -> int:
+    """Rows s_B reserves for a value that switches early (0: no early switch).
+
+    The pipelined FSM decides a candidate on its count of a whole R-cycle, so a value
+    admitted mid-R-cycle counts the next one too and switches in at the start of the
+    third: after a drift the new hot values wait three R-cycles for the cache. A candidate
+    admitted during the last R-cycle may instead switch at its first row of this one when
+    its tuples outweigh the most rows any candidate counted through a whole R-cycle has
+    had so far (a running maximum, so the estimate only grows); s_B reserves that many
+    rows for it, and a value with more gives up (its rows are dropped at the switch-in and
+    it decides on its own count in the next R-cycle). Exactness does not depend on the
+    estimate: s_B collects every row of an early value from the R-cycle's first partition.
+    """
+    if not op._per_value_fsm() or op._unique:
+        return 0
+    st = op.stats.table
+    full = st.used & (st.payload[:, ST_SINCE] <= tracked_through(op._rc - 1))
+    counts = st.payload[full, ST_ROWS]
+    counts = counts[counts > 0]
+    if not len(counts):
+        return int(op._early[0])
+    return max(1, int(np.ceil(np.quantile(counts, EARLY_QUANTILE))))

@@ -79,6 +79,10 @@ def rebuild_hr(op: SemiStreamJoin, evicted: np.ndarray, switching: np.ndarray) -
     table = pa.concat_tables(sb) if sb else None
     keys = np.concatenate([k for _, k, _, _ in op._sb]) if op._sb else np.zeros(0, np.int64)
     src = np.concatenate([s for _, _, s, _ in op._sb]) if op._sb else np.zeros(0, np.int32)
+    if table is not None and op._c.extra.get("switch_early_given_up", 0):
+        keep = np.isin(keys, switching)  # rows of early switches given up (ssbj.core.rcycle.early_rows)
+        if not keep.all():
+            table, keys, src = table.filter(pa.array(keep)), keys[keep], src[keep]
     after = np.concatenate([op.cache.index.keys[op.cache.index.used], switching])
     after = after[~np.isin(after, evicted)]
     if len(evicted) and len(keys):  # apart, neither needs the merge of every row (Cache.rebuild)
@@ -148,6 +152,12 @@ def cache_empties(op: SemiStreamJoin, keys: np.ndarray, lo: int | None = None) -
     op.stats.delete(keys)
     op._c.bump("empties_cached", len(keys))
     return slots
+
+
+def drop_sb(op: SemiStreamJoin) -> None:
+    """Empty s_B without a switch-in (it held only the rows of early switches given up)."""
+    op._sb = []
+    op._sb_bytes = 0
 
 
 def switch_in(

@@ -10,6 +10,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pa_compute
 import pytest
 from core_scenarios import checkpoint_after, drifting, drifting_keys, key_tables
 from hypothesis import HealthCheck, given, settings
@@ -108,3 +111,46 @@ def test_pipelined_checkpoint_does_not_restore_into_algorithm_1(tmp_path: Path) 
         SemiStreamJoin.restore(store, _spec("paper"), ArrowMaster(master, 100), stream.schema, master.schema)
     again = SemiStreamJoin.restore(store, _spec("pipelined"), ArrowMaster(master, 100), stream.schema, master.schema)
     assert again.r_cycle == op.r_cycle
+
+
+def _run_all(op: SemiStreamJoin, stream: Any) -> tuple[Counter[Any], Counter[Any]]:
+    for b in stream.to_batches(max_chunksize=2_000):
+        op.push(b)
+    out: Counter[Any] = Counter()
+    unmatched: Counter[Any] = Counter()
+    while op.waiting_tuples:
+        r = op.step()
+        out += as_multiset(r.enriched)
+        unmatched += as_multiset(r.unmatched)
+    return out, unmatched
+
+
+def test_early_switches_bring_values_admitted_mid_r_cycle_in_sooner(monkeypatch: pytest.MonkeyPatch) -> None:
+    early = _switch_ins("pipelined", 6)
+    monkeypatch.setattr("ssbj.core.rcycle.early_rows", lambda op: 0)
+    counted = _switch_ins("pipelined", 6)
+    # a value admitted during R-cycle rc - 1 switches in at the start of rc + 1, not rc + 2
+    assert early[2] > counted[2] > 0
+    assert sum(early) > sum(counted)
+
+
+def test_an_early_switch_given_up_drops_its_rows_and_stays_exact() -> None:
+    # every value has one master row but the stream's hottest, which has 25: the early
+    # reserve (the counted values' rows, 1) is too small for it, so it gives up, its rows
+    # leave s_B, and it decides again on its own count
+    stream, master = drifting(4_000, 60_000)
+    mk = master.column("mk").to_numpy()
+    _, first = np.unique(mk, return_index=True)
+    master = master.take(np.sort(first))
+    keys, counts = np.unique(stream.column("sk").to_numpy(), return_counts=True)
+    present = np.isin(keys, master.column("mk").to_numpy())
+    hot_key = int(keys[present][np.argmax(counts[present])])
+    hot = master.filter(pa_compute.equal(master.column("mk"), hot_key))
+    master = pa.concat_tables([master, *([hot] * 24)])
+    op = SemiStreamJoin(_spec("pipelined"), ArrowMaster(master, 150), stream.schema, master.schema)
+    out, unmatched = _run_all(op, stream)
+    extra = op._c.extra
+    assert extra.get("switch_early", 0) > 0
+    assert extra.get("switch_early_given_up", 0) > 0
+    assert out == batch_join(stream, master, "sk", "mk", ["attr", "mk"])
+    assert unmatched == unmatched_reference(stream, master, "sk", "mk")
