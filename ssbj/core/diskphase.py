@@ -183,8 +183,8 @@ def disk_probe(
                     # this one; the paper's FSM resets those counts at its phase-out)
                     if fsm == SWITCHING and early[0] > 0 and st_pay[j, ST_SINCE] == 2 * rc - 1:
                         # admitted during the last R-cycle: at its first row of this one it
-                        # switches at once if its tuples outweigh the most rows any counted
-                        # value had (early[0], reserved in s_B); past that many rows it gives up
+                        # switches at once if its tuples outweigh the rows of a counted value
+                        # (early[0], a high quantile, reserved in s_B); past that many it gives up
                         if st_pay[j, ST_ROWS] == 0 and st_pay[j, ST_SWITCH] == 0:
                             if (
                                 n * tuple_cost > switch_factor * (early[0] * row_cost + entry_cost)
