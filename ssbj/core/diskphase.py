@@ -110,8 +110,8 @@ def disk_probe(
     with master rows become candidates (a value without rows is found at expiry). A value
     the inequality takes switches while its rows fit ``sb_allow[0]`` (rows s_B may still
     take), which it then lowers; otherwise ``sb_allow[1]`` counts it as deferred. ``early``
-    (the pipelined FSM, :func:`ssbj.core.rcycle.early_rows`): [most rows of any counted
-    candidate (0: off), early switches, early switches given up].
+    (the pipelined FSM, :func:`ssbj.core.rcycle.early_rows`): [rows s_B reserves for an
+    early switch (0: off), early switches, early switches given up].
     """
     b = mkeys.shape[0]
     every = mvalid.shape[0] == 0  # no NULL keys: no validity array
@@ -198,29 +198,23 @@ def disk_probe(
                             st_pay[j, ST_SWITCH] = DEFERRED  # its s_B rows are dropped at the switch-in
                             early[2] += 1
                     st_pay[j, ST_ROWS] += 1
-                    if st_pay[j, ST_SWITCH] == 1:
-                        if nsb == sb.shape[0]:
-                            sb = _grow(sb, nsb + 1)
-                        sb[nsb] = i
-                        nsb += 1
-                else:
-                    if st_pay[j, ST_DECIDED] != rc:
-                        # first master tuple of the value in this R-cycle: decide once
-                        st_pay[j, ST_DECIDED] = rc
-                        # (a value met here has a row: a unique key's s_count is never counted)
-                        m = max(st_pay[j, ST_ROWS], 1)
-                        if n * tuple_cost > switch_factor * (m * row_cost + entry_cost):
-                            if m <= sb_allow[0]:  # s_B's rows stay within their reserve (ssbj.core.switchroom)
-                                sb_allow[0] -= m
-                                st_pay[j, ST_SWITCH] = 1
-                            else:  # decided again next R-cycle (ssbj.core.stats.ValueStats.retry_deferred)
-                                st_pay[j, ST_SWITCH] = DEFERRED
-                                sb_allow[1] += 1
-                    if st_pay[j, ST_SWITCH] == 1:
-                        if nsb == sb.shape[0]:
-                            sb = _grow(sb, nsb + 1)
-                        sb[nsb] = i
-                        nsb += 1
+                elif st_pay[j, ST_DECIDED] != rc:
+                    # first master tuple of the value in this R-cycle: decide once
+                    st_pay[j, ST_DECIDED] = rc
+                    # (a value met here has a row: a unique key's s_count is never counted)
+                    m = max(st_pay[j, ST_ROWS], 1)
+                    if n * tuple_cost > switch_factor * (m * row_cost + entry_cost):
+                        if m <= sb_allow[0]:  # s_B's rows stay within their reserve (ssbj.core.switchroom)
+                            sb_allow[0] -= m
+                            st_pay[j, ST_SWITCH] = 1
+                        else:  # decided again next R-cycle (ssbj.core.stats.ValueStats.retry_deferred)
+                            st_pay[j, ST_SWITCH] = DEFERRED
+                            sb_allow[1] += 1
+                if st_pay[j, ST_SWITCH] == 1:  # every row of a switching value goes to s_B
+                    if nsb == sb.shape[0]:
+                        sb = _grow(sb, nsb + 1)
+                    sb[nsb] = i
+                    nsb += 1
         if refresh:
             j = kset_find(hk, hused, key)
             if j >= 0:

@@ -89,8 +89,7 @@ def rebuild_hr(op: SemiStreamJoin, evicted: np.ndarray, switching: np.ndarray) -
         op.cache.rebuild(evicted, None, np.zeros(0, np.int64), np.zeros(0, np.int32), op._rc)
         evicted = np.zeros(0, np.int64)
     op.cache.rebuild(evicted, table, keys, src, op._rc, cached_after=after)
-    op._sb = []
-    op._sb_bytes = 0
+    drop_sb(op)
 
 
 # a filter up to this share of the budget beyond the unplanned bytes is built at once: while
@@ -155,7 +154,7 @@ def cache_empties(op: SemiStreamJoin, keys: np.ndarray, lo: int | None = None) -
 
 
 def drop_sb(op: SemiStreamJoin) -> None:
-    """Empty s_B without a switch-in (it held only the rows of early switches given up)."""
+    """Empty s_B (its rows moved into H_R, or only early switches given up held rows)."""
     op._sb = []
     op._sb_bytes = 0
 
