@@ -84,9 +84,12 @@ if [ "$repair" = 1 ]; then
 fi
 
 # ---- verification: fail loudly ----
-check_out="$(mktemp)"
-check_py="$(mktemp --suffix=.py)"
-trap 'rm -f "$check_out" "$check_py"' EXIT
+# A private directory: Python puts the script's directory first on sys.path, so a stray
+# /tmp/grp.py (or any stdlib name) would shadow the standard library (a CI run failed so).
+check_dir="$(mktemp -d)"
+check_out="$check_dir/out.txt"
+check_py="$check_dir/setup_airflow_check.py"
+trap 'rm -rf "$check_dir"' EXIT
 # Run from a file, not `python -c`: with -c, pyspark.sql.connect mistakes the process for a doctest run
 # and calls sys.exit(0) silently when a Spark Connect dependency is missing.
 cat >"$check_py" <<'EOF'
