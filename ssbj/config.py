@@ -134,8 +134,9 @@ class Join(_Model):
     )
     switch_factor: Annotated[float, Field(gt=0)] = JoinSettings.switch_factor
     eviction_interval: Annotated[int, Field(ge=1)] = JoinSettings.eviction_interval
-    hybrid: Literal["off", "auto", "always"] = Field(
-        JoinSettings.hybrid, description="lookup path of the hybrid step (docs/hybrid.md): off | auto | always"
+    hybrid: Literal["off", "auto", "always", "index"] = Field(
+        JoinSettings.hybrid,
+        description="lookup path of the hybrid step (docs/hybrid.md): off | auto | always | index (no scan)",
     )
     step_rows: Annotated[int, Field(ge=1)] | None = Field(
         None, description="stream tuples per step (w); default: derived from the memory budget"

@@ -82,7 +82,7 @@ class JoinSettings:
     partition_rows: int | None = None
     step_rows: int | None = None
     prefetch: int = 0  # master partitions read ahead (ssbj.core.prefetch): the planner reserves their buffers
-    hybrid: Literal["off", "auto", "always"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
+    hybrid: Literal["off", "auto", "always", "index"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
     switching: Switching = "pipelined"  # SSBJ's switching FSM: per value, or Algorithm 1's global R-cycles
     unique_key_switch: bool = True  # a master that vouches for a unique key decides in one R-cycle
     threads: int = 1  # threads of the complete cache's probe and takes (JoinSpec.threads)

@@ -155,6 +155,9 @@ def prefetch_reserve(op: SemiStreamJoin) -> int:
     return max(depth * disk, prefetched_nbytes(op.master))
 
 
+INDEX_CHUNK_SHARE = 0.2  # index mode: the budget's share for one step's misses (the rest: H_R, entries, temporaries)
+
+
 def adapt(op: SemiStreamJoin) -> None:
     """Size H_S's chunks and ring for the coming R-cycle (no-op without a budget)."""
     budget = op.spec.memory_budget
@@ -162,6 +165,18 @@ def adapt(op: SemiStreamJoin) -> None:
     op.hs.queue.resize(k + 2)
     if budget is None:
         op.stats.grow(1 << 62)
+        return
+    if op.spec.hybrid == "index":  # H_S holds one step's misses until their lookup (ssbj.core.indexmode)
+        if op._use_cache:
+            op.stats.limit_bytes(int(STATS_SHARE * budget))
+        # a miss takes its ring slot and, at its lookup, the lookup's temporaries (measured per tuple)
+        per = per_tuple_bytes(op) + op._transient_per_tuple
+        avail = budget - fixed_bytes(op)
+        w = max(1, int(min(INDEX_CHUNK_SHARE * budget, avail) / max(per, 1.0)))
+        op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
+        op._plan = Plan(w, w, budget - fixed_bytes(op), per)
+        _set_ring(op, w, w, per)
+        op._sb_allow[:] = (0, 0)
         return
     if op._disk_buffer_peak == 0:
         # nothing measured yet: the planned chunk size, a ring for one R-cycle of it

@@ -35,12 +35,53 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LookupDone:
-    """What one lookup path did."""
+    """What one lookup path did (``offer``: index mode's candidates, :mod:`ssbj.core.indexmode`)."""
 
     tuples: int
     keys: int
     rows: int
     seconds: float
+    offer: Offer | None = None
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Master rows looked up by key: the rows (layout order), their encoded keys and partitions.
+
+    ``order`` sorts the rows with a non-NULL key by encoded key (``sorted_keys``).
+    """
+
+    rows: pa.Table
+    part: np.ndarray
+    order: np.ndarray
+    sorted_keys: np.ndarray
+    nbytes: int
+
+    def runs(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first position in ``order``, rows) of each of ``keys``."""
+        lo = np.searchsorted(self.sorted_keys, keys, side="left")
+        return lo, np.searchsorted(self.sorted_keys, keys, side="right") - lo
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The distinct values a lookup path fetched, their tuples in the step and their rows."""
+
+    keys: np.ndarray
+    tuples: np.ndarray
+    fetched: Fetched
+
+
+def fetch(op: SemiStreamJoin, values: pa.Array) -> Fetched:
+    """Look up the master rows of ``values`` (master key values; NULLs never match)."""
+    got = op.master.lookup(op.spec.master_key, values)  # type: ignore[attr-defined]
+    part = np.asarray(got.column(PARTITION_COLUMN).to_numpy(zero_copy_only=False), dtype=np.int64)
+    m = plain_table(got.select(op._mcols))
+    mk = encode_keys(m.column(0), op._family)
+    ok_rows = np.flatnonzero(mk.valid)
+    order = ok_rows[np.argsort(mk.values[ok_rows], kind="stable")]
+    nbytes = got.nbytes + mk.values.nbytes + mk.valid.nbytes + order.nbytes + part.nbytes
+    return Fetched(m, part, order, mk.values[order], nbytes)
 
 
 def supports_lookup(master: object) -> bool:
@@ -104,21 +145,15 @@ def lookup_phase(
     srows = hs.take(slots)
     skeys = hs.keys_of(slots)
     values = _distinct_values(op, srows, skeys)
-    got = op.master.lookup(op.spec.master_key, values)  # type: ignore[attr-defined]
-    part = np.asarray(got.column(PARTITION_COLUMN).to_numpy(zero_copy_only=False), dtype=np.int64)
-    m = plain_table(got.select(op._mcols))
-    mk = encode_keys(m.column(0), op._family)
-    ok_rows = np.flatnonzero(mk.valid)
-    order = ok_rows[np.argsort(mk.values[ok_rows], kind="stable")]
-    sorted_keys = mk.values[order]
-    lo = np.searchsorted(sorted_keys, skeys, side="left")
-    cnt = np.searchsorted(sorted_keys, skeys, side="right") - lo
+    f = fetch(op, values)
+    m, part = f.rows, f.part
+    lo, cnt = f.runs(skeys)
     total = int(cnt.sum())
     ti = np.repeat(np.arange(n, dtype=np.int64), cnt)
-    ri = order[np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)]
+    ri = f.order[np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)]
     keep = not_met(part[ri], p0[ti], met[ti], k)
     ti, ri = ti[keep], ri[keep]
-    op._note_transient(got.nbytes + srows.nbytes + mk.values.nbytes + mk.valid.nbytes + order.nbytes + 16 * total)
+    op._note_transient(f.nbytes + srows.nbytes + 16 * total)
     matched = hs.matched(slots)
     if len(ti):
         s, mm = srows.take(ti), m.take(ri)
@@ -133,10 +168,14 @@ def lookup_phase(
     op._c.matched += int(np.count_nonzero(matched))
     op._c.served_lookup += n
     op._c.bump("lookup_keys", len(values))
-    op._c.bump("lookup_rows", got.num_rows)
+    op._c.bump("lookup_rows", m.num_rows)
     op._c.bump("lookups")
+    offer = None
+    if op.spec.hybrid == "index":
+        uk, nt = np.unique(skeys, return_counts=True)
+        offer = Offer(uk, nt, f)
     _clear_hs(op)
-    return LookupDone(n, len(values), got.num_rows, time.perf_counter() - t0)
+    return LookupDone(n, len(values), m.num_rows, time.perf_counter() - t0, offer)
 
 
 def not_met(part: np.ndarray, p0: np.ndarray, met: np.ndarray, k: int) -> np.ndarray:

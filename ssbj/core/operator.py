@@ -42,6 +42,7 @@ from ssbj.core import cachephase as CP
 from ssbj.core import complete as CC
 from ssbj.core import diskphase as DP
 from ssbj.core import expiry as EX
+from ssbj.core import indexmode as IX
 from ssbj.core import lookupphase as LP
 from ssbj.core import persist
 from ssbj.core import rcycle as RC
@@ -140,8 +141,8 @@ class SemiStreamJoin:
         key_width = 8 if self._store_key or key_type.bit_width < 8 else key_type.bit_width // 8
         self._key_overhead = 8 if self._store_key else 8 - key_width
         self.lookup_ok = LP.supports_lookup(master)  # (a protocol isinstance check costs ~8 us a step)
-        if spec.hybrid == "always" and not self.lookup_ok:
-            raise ConfigError("hybrid 'always' needs a master that can look rows up by key (MasterLookup)")
+        if spec.hybrid in ("always", "index") and not self.lookup_ok:
+            raise ConfigError(f"hybrid {spec.hybrid!r} needs a master that can look rows up by key (MasterLookup)")
         # overrides the hybrid step's decision when set (tests: a random decision per step)
         self.hybrid_policy: Callable[[SemiStreamJoin], bool] | None = None
         self._init_state()
@@ -300,20 +301,16 @@ class SemiStreamJoin:
         w_n, w_s, w_null = (CC.complete_phase if self._complete else CP.cache_phase)(self, pairs, unmatched)
         t2 = time.perf_counter()
         p = self._p
-        done = LP.lookup_phase(self, p, pairs, unmatched) if LP.choose_lookup(self) else None
-        t3 = time.perf_counter()
-        if LP.can_idle(self):
-            b_rows = 0
-            path = "idle" if done is None else "lookup"
+        if IX.on(self):  # no scan: the misses looked up, cached, the slice of p refreshed (ssbj.core.indexmode)
+            done = IX.lookup(self, p, pairs, unmatched)
+            t3 = time.perf_counter()
+            IX.after_lookup(self, p, done)
+            b_rows, path = 0, "idle" if done is None else "lookup"
         else:
-            b_rows, waited = DP.scan_partition(self, p, fsm, pairs)
+            done = LP.lookup_phase(self, p, pairs, unmatched) if LP.choose_lookup(self) else None
+            t3 = time.perf_counter()
+            b_rows, waited, path = self._scan_or_idle(p, fsm, done is not None, pairs, unmatched)
             t3 += waited
-            if self.spec.memory_budget is not None and self._rc == 1 and p == 0:
-                B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
-            EX.expire(self, p, unmatched)
-            self._p = (p + 1) % self._k
-            self._cycle_open = self._p != 0
-            path = "scan" if done is None else "lookup+scan"
         if self.hs.live >= B.MIN_MEASURED:
             # the cache phase's temporaries scale with the tuples a step reads, not with H_S
             per = (self._transient - self._cache_transient) / self.hs.live
@@ -339,6 +336,20 @@ class SemiStreamJoin:
             metrics = LP.with_lookup(metrics, path, done, self._c.served_lookup)
         self._c.busy_seconds += time.perf_counter() - t0
         return StepResult(enriched, um, metrics)
+
+    def _scan_or_idle(
+        self, p: int, fsm: int, looked_up: bool, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
+    ) -> tuple[int, float, str]:
+        """Run the disk phase and expiry of partition ``p`` unless the scan may idle: (rows, seconds waited, path)."""
+        if LP.can_idle(self):
+            return 0, 0.0, "lookup" if looked_up else "idle"
+        b_rows, waited = DP.scan_partition(self, p, fsm, pairs)
+        if self.spec.memory_budget is not None and self._rc == 1 and p == 0:
+            B.adapt(self)  # the first partition is measured now: size the chunks of cycle 1
+        EX.expire(self, p, unmatched)
+        self._p = (p + 1) % self._k
+        self._cycle_open = self._p != 0
+        return b_rows, waited, "lookup+scan" if looked_up else "scan"
 
     @property
     def chunk_bytes(self) -> int:

@@ -150,6 +150,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "sb_allow": op._sb_allow.tolist(),
         "switch_plan": list(op._switch_plan),
         "early_rows": int(op._early[0]),
+        "index_mode": op.spec.hybrid == "index",
         "transient_peak": op._transient_peak,
         "rebuild_peak": op._rebuild_peak,
         "cache_transient_peak": op._cache_transient_peak,
@@ -190,6 +191,14 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         )
     if m["spec"] != _spec_of(op):
         raise CheckpointError(f"checkpoint was taken for {m['spec']}, not {_spec_of(op)}")
+    if bool(m.get("index_mode", False)) != (op.spec.hybrid == "index"):
+        # index mode reads no partition: a scan's s_B or take-all cannot complete there, and a
+        # cache filled by lookups holds rows the scan's refresh does not know how to replace
+        raise CheckpointError(
+            "checkpoint was taken with join.hybrid "
+            + ("'index'" if m.get("index_mode") else "not 'index'")
+            + f", restored with {op.spec.hybrid!r}: restore with the same setting, or start from an empty state"
+        )
     per_value = bool(m.get("per_value_fsm", m.get("unique_key", False)))
     if per_value and not op._per_value_fsm():
         # s_B was filled for a phase-out at the next R-cycle start: Algorithm 1's cycles would

@@ -56,7 +56,9 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
         if op._take_all:  # the take-all R-cycle ended: all of s_B moves into H_R
             CC.end_take_all(op, resident, pairs, unmatched)
         evicted = np.zeros(0, np.int64)
-        if op._rc % op.spec.eviction_interval == 0 and not resident:
+        # index mode: every R-cycle (its R-cycle is short: k steps of lookups, no scan)
+        every = 1 if op.spec.hybrid == "index" else op.spec.eviction_interval
+        if op._rc % every == 0 and not resident:
             evicted, n_empty = op.cache.evict(
                 op.row_cost(),
                 op.entry_cost(),
@@ -109,10 +111,10 @@ def early_rows(op: SemiStreamJoin) -> int:
     admitted mid-R-cycle counts the next one too and switches in at the start of the
     third: after a drift the new hot values wait three R-cycles for the cache. A candidate
     admitted during the last R-cycle may instead switch at its first row of this one when
-    its tuples outweigh the most rows any candidate counted through a whole R-cycle has
-    had so far (a running maximum, so the estimate only grows); s_B reserves that many
-    rows for it, and a value with more gives up (its rows are dropped at the switch-in and
-    it decides on its own count in the next R-cycle). Exactness does not depend on the
+    its tuples outweigh the rows of the :data:`EARLY_QUANTILE` quantile of the candidates
+    counted through a whole R-cycle; s_B reserves that many rows for it, and a value with
+    more gives up (its rows are dropped at the switch-in and it decides on its own count in
+    the next R-cycle). Exactness does not depend on the
     estimate: s_B collects every row of an early value from the R-cycle's first partition.
     """
     if not op._per_value_fsm() or op._unique:

@@ -15,7 +15,7 @@ from ssbj.errors import ConfigError
 MAX_STEP_TUPLES = 1 << 20  # most stream tuples one step reads when w comes from the budget
 
 Algorithm = Literal["ssbj", "meshjoin"]
-Hybrid = Literal["off", "auto", "always"]
+Hybrid = Literal["off", "auto", "always", "index"]
 RFilterMode = Literal["off", "auto", "always"]
 Switching = Literal["pipelined", "paper"]
 
@@ -61,7 +61,10 @@ class JoinSpec:
     ``hybrid`` (docs/hybrid.md): with a master that can look rows up by key
     (:class:`ssbj.contracts.MasterLookup`), ``auto`` lets the cost model finish the
     tuples of H_S by a lookup of their keys instead of scanning on, step by step;
-    ``always`` does so at every step (for tests); ``off`` only scans.
+    ``always`` does so at every step (for tests); ``off`` only scans. ``index`` (SSBJ;
+    :mod:`ssbj.core.indexmode`) never scans: misses are looked up at once, the cache
+    inequality takes values into H_R with the rows looked up, and each step looks up again
+    the cached values of its slice, so each is re-read once per R-cycle of k steps.
 
     ``disk_chunk_rows``: the disk phase reads and probes each partition in pieces of at
     most this many rows, so the disk buffer holds one piece, not b rows, when the master
@@ -117,8 +120,10 @@ class JoinSpec:
     def __post_init__(self) -> None:
         if self.r_filter not in ("off", "auto", "always"):
             raise ConfigError(f"r_filter must be 'off', 'auto' or 'always', got {self.r_filter!r}")
-        if self.hybrid not in ("off", "auto", "always"):
-            raise ConfigError(f"hybrid must be 'off', 'auto' or 'always', got {self.hybrid!r}")
+        if self.hybrid not in ("off", "auto", "always", "index"):
+            raise ConfigError(f"hybrid must be 'off', 'auto', 'always' or 'index', got {self.hybrid!r}")
+        if self.hybrid == "index" and self.algorithm != "ssbj":
+            raise ConfigError("hybrid 'index' caches through SSBJ's inequality: algorithm must be 'ssbj'")
         if self.switching not in ("pipelined", "paper"):
             raise ConfigError(f"switching must be 'pipelined' or 'paper', got {self.switching!r}")
         if self.algorithm not in ("ssbj", "meshjoin"):
