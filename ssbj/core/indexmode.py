@@ -6,17 +6,22 @@ cache and replaces the scan:
 
 * every step, the cache phase answers hits from H_R and the empty entries, and the
   misses are looked up at once (:func:`ssbj.core.lookupphase.lookup_phase`);
-* of the values just looked up, those the cache inequality takes enter H_R with the rows
-  just read (or the empty entries, with none), densest first within the budget's room
-  (:func:`admit`). ``n`` is the value's tuples in this step times the R-cycle's k steps:
-  its tuples per R-cycle at this step's rate;
-* no partition is read. The R-cycle is k steps (k as the scan's planner chose it); at its
-  start H_R is evicted by the inequality on the hits it served (Algorithm 1, lines 42-51),
-  every R-cycle;
-* freshness: step ``p`` looks up again the cached values of slice ``p`` (a hash of the
-  value mod k, :func:`refresh`), so every cached value, with rows or empty, is re-read
-  once per R-cycle and no enrichment uses a master row read more than one R-cycle ago,
-  as with the scan. New master rows of a value not cached are found by its next lookup.
+* of the values just looked up, those the inequality takes enter H_R with the rows just
+  read (or the empty entries, with none), densest first (tuples per byte) within the
+  budget's room (:func:`admit`). The waiting tuples cost no memory here (they are looked
+  up at once), so the inequality weighs lookups: value j is cached iff ``s_f`` times its
+  tuples per R-cycle exceed the one lookup per R-cycle that keeps it fresh. Its tuples
+  per R-cycle are estimated from this step: its tuples in the step times the R-cycle's
+  tuples over the step's;
+* no partition is read. The R-cycle is :func:`cycle_tuples` stream tuples, what MESHJOIN
+  would hold for one R-cycle under the same budget (k chunks without one); at its start
+  H_R and the empty entries are evicted by the same inequality on the hits they served
+  (Algorithm 1, lines 42-51), every R-cycle;
+* freshness: the cached values are split into k slices (a hash of the value mod k); as
+  the R-cycle's tuples are read, the slices due are looked up again (:func:`refresh`),
+  so every cached value, with rows or empty, is re-read once per R-cycle, and no
+  enrichment uses a master row read more than one R-cycle (of stream tuples) ago. New
+  master rows of a value not cached are found by its next lookup.
 
 Exactness: a value is cached with every row a lookup of it returned, so a hit joins what a
 lookup would (as of the value's last read); everything else is looked up. Only exact key
@@ -64,6 +69,12 @@ def slice_of(keys: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def cycle_tuples(op: SemiStreamJoin) -> int:
+    """Stream tuples per R-cycle: the budget's (or k chunks') worth of waiting tuples, as the scan would hold."""
+    held = op.spec.memory_budget if op.spec.memory_budget is not None else max(op._k, 1) * op.spec.chunk_bytes
+    return max(1, max(op._k, 1), int(held / max(op.tuple_cost(), 1.0)))
+
+
 def measure_rows(op: SemiStreamJoin, rows: pa.Table) -> None:
     """v_R from the rows looked up (no partition is read to measure it)."""
     seen = op._c.extra.get("master_rows_measured", 0)
@@ -93,18 +104,16 @@ def _room(op: SemiStreamJoin, more_rows: int) -> float:
     return B.unplanned(op) - extra
 
 
-def admit(op: SemiStreamJoin, offer: Offer) -> None:
-    """Cache the values of ``offer`` the inequality takes, densest first, within the budget."""
+def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
+    """Cache the values of ``offer`` the inequality takes (``read``: tuples the step read), densest first."""
     measure_rows(op, offer.fetched.rows)
     if not caches(op) or not len(offer.keys):
         return
     f = offer.fetched
     lo, cnt = f.runs(offer.keys)
-    k = max(op._k, 1)
-    row = op.row_cost()
-    cost = np.where(cnt > 0, cnt * row + op.entry_cost(), op.empty_cost())
-    per_cycle = offer.tuples.astype(np.float64) * k
-    want = np.flatnonzero(per_cycle * op.tuple_cost() > op.spec.switch_factor * cost)
+    per_cycle = offer.tuples.astype(np.float64) * (cycle_tuples(op) / max(read, 1))
+    cost = np.where(cnt > 0, cnt * op.row_cost() + op.entry_cost(), op.empty_cost())
+    want = np.flatnonzero(op.spec.switch_factor * per_cycle > 1.0)  # as evict() weighs them
     if not len(want):
         return
     want = want[np.argsort(-(per_cycle[want] / np.maximum(cost[want], 1.0)), kind="stable")]
@@ -141,13 +150,14 @@ def admit(op: SemiStreamJoin, offer: Offer) -> None:
     op._c.bump("index_admitted", added)
 
 
-def refresh(op: SemiStreamJoin, p: int) -> None:
-    """Look up again the cached values of slice ``p``; rebuild H_R if their rows changed."""
+def refresh(op: SemiStreamJoin, first: int, end: int) -> None:
+    """Look up again the cached values of slices ``first .. end - 1``; rebuild H_R if their rows changed."""
     cache = op.cache
     if cache.values + cache.empty_values == 0:
         return
     cached = cache.values_cached()
-    sel = np.sort(cached[slice_of(cached, op._k) == p])
+    sl = slice_of(cached, op._k)
+    sel = np.sort(cached[(sl >= first) & (sl < end)])
     if not len(sel):
         return
     mtype = op._master_layout.field(0).type
@@ -211,15 +221,30 @@ def lookup(
     return done
 
 
-def after_lookup(op: SemiStreamJoin, p: int, done: LookupDone | None) -> None:
-    """Cache what the lookup offers, refresh slice ``p``, and move to the next step of the R-cycle."""
+def after_lookup(op: SemiStreamJoin, p: int, done: LookupDone | None, read: int) -> None:
+    """Cache what the lookup offers, refresh the slices now due, and move on in the R-cycle.
+
+    ``p`` is the next slice to refresh; after the step's ``read`` tuples, the slices up to
+    the share of :func:`cycle_tuples` read so far are due (at least one a step). When all
+    k are refreshed, the R-cycle ends: the next step begins the next one.
+    """
     if done is not None and done.offer is not None:
-        admit(op, done.offer)
-    refresh(op, p)
+        admit(op, done.offer, read)
+    k = max(op._k, 1)
+    op._ix_read += read
+    due = min(k, max(p + 1, -(-op._ix_read * k // cycle_tuples(op))))
+    refresh(op, p, due)
     if op.spec.memory_budget is not None and op._rc == 1 and p == 0:
         B.adapt(op)  # the first lookup is measured now: size the chunks of cycle 1
-    op._p = (p + 1) % op._k
+    op._p = due % k
     op._cycle_open = op._p != 0
+    if not op._cycle_open:
+        op._ix_read = 0
+
+
+def evict(op: SemiStreamJoin) -> tuple[np.ndarray, int]:
+    """Lines 42-51 with index mode's sides: evict a value unless s_f times its hits per R-cycle exceed one lookup."""
+    return op.cache.evict(0.0, 1.0, 1.0, 1.0, op.spec.switch_factor, op._rc)
 
 
 def settle(op: SemiStreamJoin) -> None:

@@ -153,6 +153,7 @@ class SemiStreamJoin:
         self._rc = 0  # R-cycle number
         self._p = 0  # next partition to load
         self._cycle_open = False  # the R-cycle of partition self._p has begun (the scan may idle at p = 0)
+        self._ix_read = 0  # index mode: stream tuples read in this R-cycle (ssbj.core.indexmode)
         self._k = self.master.num_partitions()
         self._cycle_start: dict[int, int] = {}
         self.hs = StreamTable(self.stream_schema, self.spec.stream_key, self._family, self._store_key)
@@ -304,7 +305,7 @@ class SemiStreamJoin:
         if IX.on(self):  # no scan: the misses looked up, cached, the slice of p refreshed (ssbj.core.indexmode)
             done = IX.lookup(self, p, pairs, unmatched)
             t3 = time.perf_counter()
-            IX.after_lookup(self, p, done)
+            IX.after_lookup(self, p, done, w_n + w_s + w_null)
             b_rows, path = 0, "idle" if done is None else "lookup"
         else:
             done = LP.lookup_phase(self, p, pairs, unmatched) if LP.choose_lookup(self) else None

@@ -151,6 +151,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "switch_plan": list(op._switch_plan),
         "early_rows": int(op._early[0]),
         "index_mode": op.spec.hybrid == "index",
+        "index_read": op._ix_read,
         "transient_peak": op._transient_peak,
         "rebuild_peak": op._rebuild_peak,
         "cache_transient_peak": op._cache_transient_peak,
@@ -208,6 +209,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
             "key), not Algorithm 1's R-cycles: restore it with switching 'pipelined', or start from an empty state"
         )
     op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
+    op._ix_read = int(m.get("index_read", 0))
     op._cycle_open = bool(m.get("cycle_open", op._p != 0))  # older checkpoints: the scan never idled
     op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}
     op._chunk_bytes = m["chunk_bytes"]

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ssbj.core import budget as B
 from ssbj.core import complete as CC
+from ssbj.core import indexmode as IX
 from ssbj.core import switching as SW
 from ssbj.core import switchroom as SR
 from ssbj.core.hs import ST_ROWS, ST_SINCE, tracked_through
@@ -56,9 +57,10 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
         if op._take_all:  # the take-all R-cycle ended: all of s_B moves into H_R
             CC.end_take_all(op, resident, pairs, unmatched)
         evicted = np.zeros(0, np.int64)
-        # index mode: every R-cycle (its R-cycle is short: k steps of lookups, no scan)
-        every = 1 if op.spec.hybrid == "index" else op.spec.eviction_interval
-        if op._rc % every == 0 and not resident:
+        if op.spec.hybrid == "index":  # every R-cycle, by lookups saved (ssbj.core.indexmode)
+            evicted, n_empty = IX.evict(op)
+            op._c.evicted += len(evicted) + n_empty
+        elif op._rc % op.spec.eviction_interval == 0 and not resident:
             evicted, n_empty = op.cache.evict(
                 op.row_cost(),
                 op.entry_cost(),

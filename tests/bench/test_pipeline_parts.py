@@ -187,6 +187,7 @@ def test_timeline_records_a_progress_record_back_to_back() -> None:
 def test_registry_has_one_module_per_method() -> None:
     assert registry.METHODS == (
         "ssbj",
+        "ssbj_index",
         "ssbj_exec",
         "ssbj_exec_read",
         "meshjoin",

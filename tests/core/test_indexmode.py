@@ -166,7 +166,20 @@ def test_the_cache_serves_hot_values_and_lookups_fall() -> None:
 
 
 def test_cached_values_are_refreshed_within_one_r_cycle() -> None:
-    """A changed, a deleted and a new master row reach every tuple that arrives one R-cycle (k steps) later."""
+    """A changed, a deleted and a new master row reach every tuple that arrives one R-cycle later."""
+    vals, rebuilds = _update_hot_values()
+    assert set(vals) == {1001, 1002, 1600}, vals  # every hot value as the master is now
+    assert rebuilds > 0
+
+
+def test_mutation_without_refresh_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above fails when the cached values are not looked up again."""
+    monkeypatch.setattr(IX, "refresh", lambda op, first, end: None)
+    vals, _ = _update_hot_values()
+    assert set(vals) != {1001, 1002, 1600}
+
+
+def _update_hot_values() -> tuple[Counter[Any], int]:
     master = pa.table({"mk": list(range(50)), "mval": list(range(50))})
     scan = Mutable(master, 5)  # k = 10
     hot = [1, 2, 3, 60]  # 60 has no row yet
@@ -189,13 +202,10 @@ def test_cached_values_are_refreshed_within_one_r_cycle() -> None:
     updated = updated.filter(pa.compute.not_equal(updated.column("mk"), 3))  # 3 deleted
     updated = updated.set_column(1, "mval", pa.compute.add(updated.column("mval"), 1000))
     scan.set(updated)
-    k = op.master.num_partitions()
-    for _ in range(k):
+    for _ in range(-(-IX.cycle_tuples(op) // 40)):  # one R-cycle of stream tuples
         step()
     got = step()
-    vals = Counter(got.column("mval").to_pylist())
-    assert set(vals) == {1001, 1002, 1600}, vals  # every hot value as the master is now
-    assert op._c.extra["index_refresh_rebuilds"] > 0
+    return Counter(got.column("mval").to_pylist()), op._c.extra.get("index_refresh_rebuilds", 0)
 
 
 def test_budget_holds_in_index_mode() -> None:

@@ -28,10 +28,11 @@ SHARDED = "P > 1 runs the join in the executors: method ssbj_exec"
 class JobMethod:
     """The ssbj job with one algorithm."""
 
-    def __init__(self, algorithm: str, label: str) -> None:
-        self.name = algorithm
+    def __init__(self, algorithm: str, label: str, name: str | None = None, join: Json | None = None) -> None:
+        self.name = name or algorithm
         self.algorithm = algorithm
         self.label = label
+        self.join = join or {}  # settings beyond the harness's (join.hybrid of ssbj_index)
 
     def supports_shards(self, shards: int) -> str | None:
         """P = 1: one operator on the driver."""
@@ -42,7 +43,7 @@ class JobMethod:
         why = self.supports_shards(h.shards)
         if why is not None:
             raise Unsupported(why)
-        table = f"wh_{self.algorithm}"
+        table = f"wh_{self.name}"
         h.fresh(table, f"{table}_dead")
         res = MethodResult(self.name, self.label)
         st = h.staleness()
@@ -61,7 +62,9 @@ class JobMethod:
             if p["event"] == "batch":
                 st.maybe_update(h.db, int(p["totals"]["records_in"]), int(p["batch_id"]))
 
-        cfg = parse_config(h.job_config(self.algorithm, table), f"bench {self.algorithm}")
+        conf = h.job_config(self.algorithm, table)
+        conf["join"].update(self.join)
+        cfg = parse_config(conf, f"bench {self.name}")
         before = counters.snapshot()
         reads, steps = PartitionReadCounter(first_read), StepRecorder(st, h.case.row_id)
         with h.rss() as rss:
@@ -123,6 +126,8 @@ class JobMethod:
             "cache_share": float(totals["cache_share"]),
             "served_by_cache": int(totals["served_by_cache"]),
             "served_by_disk": int(totals["served_by_disk"]),
+            "served_by_lookup": int(totals["served_by_lookup"]),
+            "operator_counters": {k: int(v) for k, v in op._c.extra.items()},
             "chunk_bytes": op.chunk_bytes,
             "shards": h.shards,
         }
