@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core import budget as B
+from ssbj.core.cache import HR_F, HR_SINCE
 from ssbj.core.hashing import capacity_for
 from ssbj.core.hs import ST_SWITCH
 from ssbj.core.keys import decode_keys, is_exact
@@ -135,7 +136,8 @@ def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
         pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cr) - cr, cr) + np.repeat(lr, cr)
         idx = f.order[pos]
         add = f.rows.take(pa.array(idx))
-        op.cache.rebuild(np.zeros(0, np.int64), add, f.sorted_keys[pos], f.part[idx].astype(np.int32), op._rc)
+        # HR_SINCE one ahead: judged at eviction only after a whole R-cycle (:func:`evict`)
+        op.cache.rebuild(np.zeros(0, np.int64), add, f.sorted_keys[pos], f.part[idx].astype(np.int32), op._rc + 1)
         op.cache.last_transient += add.nbytes + f.nbytes  # (both alive beside the rebuild)
         added = len(kr)
         op.interest.add(kr)
@@ -243,8 +245,22 @@ def after_lookup(op: SemiStreamJoin, p: int, done: LookupDone | None, read: int)
 
 
 def evict(op: SemiStreamJoin) -> tuple[np.ndarray, int]:
-    """Lines 42-51 with index mode's sides: evict a value unless s_f times its hits per R-cycle exceed one lookup."""
-    return op.cache.evict(0.0, 1.0, 1.0, 1.0, op.spec.switch_factor, op._rc)
+    """Lines 42-51 with index mode's sides: evict a value unless s_f times its hits per R-cycle exceed one lookup.
+
+    A value admitted during the R-cycle that just ended (``HR_SINCE`` set ahead, to that
+    R-cycle + 1, by :func:`admit`) saw only part of it: it is judged after a whole one.
+    Returns (values with rows to evict, empty entries evicted).
+    """
+    ix, rc, sf = op.cache.index, op._rc, op.spec.switch_factor
+    pay = ix.payload
+    since = pay[:, HR_SINCE].astype(np.int64)
+    young = ix.used & (since >= rc)
+    hits = pay[:, HR_F].astype(np.float64)
+    out = ix.used & ~young & (sf * hits / np.maximum(1, rc - since) <= 1.0)
+    restart = ix.used & ~out
+    pay[restart, HR_F] = 0
+    pay[restart, HR_SINCE] = rc
+    return ix.keys[out], op.cache.empties.evict(1.0, 1.0, sf, rc)
 
 
 def settle(op: SemiStreamJoin) -> None:

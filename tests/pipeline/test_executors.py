@@ -70,6 +70,8 @@ def _cfg(tmp: Path, key: str, router: str, join_type: str = "inner", shards: int
     if extra == "prefetch+lookup":  # the read-ahead thread and the hybrid step's lookup path in every shard
         doc["master"]["prefetch"] = 1  # type: ignore[index]
         doc["join"]["hybrid"] = "always"  # type: ignore[index]
+    if extra == "index":  # index mode in every shard: no scan, the cache filled and refreshed by lookups
+        doc["join"]["hybrid"] = "index"  # type: ignore[index]
     return parse_config(doc)
 
 
@@ -101,6 +103,7 @@ def _got(path: Path) -> tuple[Counter[Any], set[int]]:
         ("id", "range", "left", ""),
         ("k", "hash", "left", ""),
         ("k", "mod", "left", "prefetch+lookup"),
+        ("k", "hash", "left", "index"),
     ],
 )
 def test_sharded_join_in_executors_equals_the_batch_join(
