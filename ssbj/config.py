@@ -156,6 +156,11 @@ class Join(_Model):
         description="threads of the complete cache's probe and takes (a budget that holds all of R); "
         "placement: driver only (a shard is one Spark task slot)",
     )
+    index_cycle_tuples: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="hybrid: index: stream tuples per R-cycle, after which every cached value has been looked up "
+        "again (the freshness bound); default: twice the waiting tuples the budget would hold",
+    )
     placement: Literal["driver", "executors"] = Field(
         "driver",
         description="where the join runs: one operator on the Spark driver, or P shards in the executors",
@@ -263,6 +268,7 @@ class JobConfig(EnrichmentJobBase):
             switching=j.switching,
             unique_key_switch=j.unique_key_switch,
             threads=j.threads,
+            index_cycle_tuples=j.index_cycle_tuples,
             partition_rows=m.partition_rows,
             step_rows=j.step_rows,
             prefetch=m.prefetch,

@@ -86,6 +86,7 @@ class JoinSettings:
     switching: Switching = "pipelined"  # SSBJ's switching FSM: per value, or Algorithm 1's global R-cycles
     unique_key_switch: bool = True  # a master that vouches for a unique key decides in one R-cycle
     threads: int = 1  # threads of the complete cache's probe and takes (JoinSpec.threads)
+    index_cycle_tuples: int | None = None  # index mode's R-cycle in stream tuples (JoinSpec.index_cycle_tuples)
     # the master can hand partitions out in pieces (ssbj.contracts.MasterChunks: in-memory
     # Arrow): the planner sizes the disk buffer as one piece, and b for time alone
     disk_chunks: bool = False
@@ -119,6 +120,7 @@ def join_spec(settings: JoinSettings, chunk_bytes: int, disk_chunk_rows: int | N
         switching=s.switching,
         unique_key_switch=s.unique_key_switch,
         threads=s.threads,
+        index_cycle_tuples=s.index_cycle_tuples,
         chunk_bytes=max(1, chunk_bytes),
         memory_budget=None if s.step_rows else s.memory_budget,
         max_step_tuples=s.step_rows or MAX_STEP_TUPLES,

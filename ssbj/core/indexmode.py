@@ -13,8 +13,8 @@ cache and replaces the scan:
   tuples per R-cycle exceed the one lookup per R-cycle that keeps it fresh. Its tuples
   per R-cycle are estimated from this step: its tuples in the step times the R-cycle's
   tuples over the step's;
-* no partition is read. The R-cycle is :func:`cycle_tuples` stream tuples, what MESHJOIN
-  would hold for one R-cycle under the same budget (k chunks without one); at its start
+* no partition is read. The R-cycle is :func:`cycle_tuples` stream tuples (by default
+  about the scan's R-cycle at the same budget); at its start
   H_R and the empty entries are evicted by the same inequality on the hits they served
   (Algorithm 1, lines 42-51), every R-cycle;
 * freshness: the cached values are split into k slices (a hash of the value mod k); as
@@ -70,10 +70,20 @@ def slice_of(keys: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+CYCLE_FACTOR = 2.0  # the default R-cycle: this many times the waiting tuples the budget holds
+
+
 def cycle_tuples(op: SemiStreamJoin) -> int:
-    """Stream tuples per R-cycle: the budget's (or k chunks') worth of waiting tuples, as the scan would hold."""
+    """Stream tuples per R-cycle: ``JoinSpec.index_cycle_tuples``, or CYCLE_FACTOR x what the budget holds.
+
+    The scan's R-cycle is the tuples H_S holds over the share that waits: with half the
+    budget in H_S and half the tuples served by the cache, about the budget's worth of
+    waiting tuples twice over (k chunks' worth without a budget).
+    """
+    if op.spec.index_cycle_tuples is not None:
+        return op.spec.index_cycle_tuples
     held = op.spec.memory_budget if op.spec.memory_budget is not None else max(op._k, 1) * op.spec.chunk_bytes
-    return max(1, max(op._k, 1), int(held / max(op.tuple_cost(), 1.0)))
+    return max(1, max(op._k, 1), int(CYCLE_FACTOR * held / max(op.tuple_cost(), 1.0)))
 
 
 def measure_rows(op: SemiStreamJoin, rows: pa.Table) -> None:

@@ -64,7 +64,9 @@ class JoinSpec:
     ``always`` does so at every step (for tests); ``off`` only scans. ``index`` (SSBJ;
     :mod:`ssbj.core.indexmode`) never scans: misses are looked up at once, the cache
     inequality takes values into H_R with the rows looked up, and each step looks up again
-    the cached values of its slice, so each is re-read once per R-cycle of k steps.
+    the cached values of its slice, so each is re-read once per R-cycle: ``index_cycle_tuples``
+    stream tuples (default: twice what the budget holds as waiting tuples, about the scan's
+    R-cycle at the same budget when the cache serves half the tuples).
 
     ``disk_chunk_rows``: the disk phase reads and probes each partition in pieces of at
     most this many rows, so the disk buffer holds one piece, not b rows, when the master
@@ -116,6 +118,7 @@ class JoinSpec:
     unique_key_switch: bool = True
     switching: Switching = "pipelined"
     threads: int = 1
+    index_cycle_tuples: int | None = None
 
     def __post_init__(self) -> None:
         if self.r_filter not in ("off", "auto", "always"):
@@ -138,6 +141,8 @@ class JoinSpec:
             raise ConfigError(f"disk_chunk_rows must be >= 1, got {self.disk_chunk_rows}")
         if self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        if self.index_cycle_tuples is not None and self.index_cycle_tuples < 1:
+            raise ConfigError(f"index_cycle_tuples must be >= 1, got {self.index_cycle_tuples}")
         if self.memory_budget is not None and self.memory_budget < 1:
             raise ConfigError(f"memory_budget must be >= 1 byte, got {self.memory_budget}")
 
