@@ -152,6 +152,7 @@ class SqlMasterScan:
         if self._where is not None:
             self._select = self._select.where(self._where)
         self._layout: Layout | None = self._restore(layout) if layout is not None else None
+        self._warned_unindexed: set[str] = set()  # lookup keys warned about (no index: full reads)
         self._warned: dict[int, int] = {}  # partition -> R-cycle in which its growth was logged
         self._cycle = 0
         self._last_p = -1
@@ -227,6 +228,14 @@ class SqlMasterScan:
             return True
         return any(idx.unique and [c.name for c in idx.columns] == [name] for idx in t.indexes) or any(
             isinstance(con, sa.UniqueConstraint) and [c.name for c in con.columns] == [name] for con in t.constraints
+        )
+
+    def key_indexed(self, column: str) -> bool:
+        """Whether an index starts with ``column`` (the primary key's or another): a lookup by it reads few rows."""
+        t = self._sa_table
+        pk = [c.name for c in t.primary_key.columns]
+        return (bool(pk) and pk[0] == column) or any(
+            [c.name for c in idx.columns][:1] == [column] for idx in t.indexes
         )
 
     def key_unique(self, column: str) -> bool:
@@ -455,6 +464,14 @@ class SqlMasterScan:
         """
         if key not in self._columns:
             raise self._missing("lookup column", key)
+        if key not in self._warned_unindexed and not self.key_indexed(key):
+            self._warned_unindexed.add(key)
+            log.warning(
+                "looking up master rows of %s by %s, which no index starts with: every lookup reads the whole "
+                "table (join.hybrid is for an indexed key; scan instead)",
+                self._table_name,
+                key,
+            )
         lay = self._ensure_layout()
         keys = pc.unique(pc.drop_null(values)).to_pylist() if len(values) else []
         if not keys:

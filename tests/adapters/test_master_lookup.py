@@ -176,3 +176,31 @@ def test_freshness_bound(tmp_path: Path, mode: str, algorithm: str) -> None:
     if mode == "always":  # every tuple finishes by lookup in the step it arrives: no staleness at all
         assert all(r["attr"] >= 1_000_000 for r in hot if r["arrived"] >= change_step)
     engine.dispose()
+
+
+def test_index_mode_on_sql_master_is_exact(engine: sa.Engine) -> None:
+    """Index mode on a database: many-to-many integer key with NULLs, cached and looked up, equals the batch join."""
+    name = make_master(engine, 300)
+    scan = SqlMasterScan(engine, name, "k", 20, columns=["k", "attr"], page_column="id", retry=FAST_RETRY)
+    master = pa.concat_tables([scan.read_partition(p) for p in range(scan.num_partitions())])
+    rng = random.Random(11)
+    keys = [None if rng.random() < 0.05 else min(int(rng.paretovariate(1.0)), 30) for _ in range(2_000)]
+    stream = pa.table({"sid": list(range(len(keys))), "key": pa.array(keys, pa.int64())})
+    spec = JoinSpec("key", "k", ("attr",), chunk_bytes=400, hybrid="index")
+    op = SemiStreamJoin(spec, scan, stream.schema, scan.schema)
+    out, um = _run(op, [stream.slice(i, 50) for i in range(0, stream.num_rows, 50)])
+    assert out == batch_join(stream, master, "key", "k", ["attr"])
+    assert um == unmatched_reference(stream, master, "key", "k")
+    assert op.totals()["cache_share"] > 0.3 and op.cache.values > 0
+
+
+def test_a_lookup_by_a_column_without_index_warns_once(engine: sa.Engine, caplog: pytest.LogCaptureFixture) -> None:
+    name = make_master(engine, 30)
+    scan = SqlMasterScan(engine, name, "k", 10, columns=["k", "attr"], page_column="id", retry=FAST_RETRY)
+    assert scan.key_indexed("id") and scan.key_indexed("k") and not scan.key_indexed("attr")
+    with caplog.at_level("WARNING", logger="ssbj.adapters.master_sql"):
+        scan.lookup("k", pa.array([1, 2]))
+        assert not caplog.records
+        scan.lookup("attr", pa.array([1, 2]))
+        scan.lookup("attr", pa.array([3]))
+    assert [r.getMessage().count("no index") for r in caplog.records] == [1]
