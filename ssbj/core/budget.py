@@ -155,7 +155,7 @@ def prefetch_reserve(op: SemiStreamJoin) -> int:
     return max(depth * disk, prefetched_nbytes(op.master))
 
 
-INDEX_CHUNK_SHARE = 0.2  # index mode: the budget's share for one step's misses (the rest: H_R, entries, temporaries)
+INDEX_CHUNK_SHARE = 0.1  # index mode: the budget's share for one step's misses (the rest: H_R, entries, temporaries)
 
 
 def adapt(op: SemiStreamJoin) -> None:

@@ -99,17 +99,18 @@ def measure_rows(op: SemiStreamJoin, rows: pa.Table) -> None:
     op._c.bump("master_rows_measured", rows.num_rows)
 
 
-def _room(op: SemiStreamJoin, more_rows: int) -> float:
+def _room(op: SemiStreamJoin, more_rows: int, beside: int) -> float:
     """Bytes new cached values may take now: the budget's unplanned bytes less the rebuild's growth.
 
     Adding rows copies H_R's columns one at a time beside the old ones and may grow the
-    index (:meth:`ssbj.core.cache.Cache._append`); what that holds beyond the temporaries
-    already reserved is kept free too.
+    index (:meth:`ssbj.core.cache.Cache._append`), while the lookup's result (``beside``)
+    and the rows taken from it are alive; what that holds beyond the temporaries already
+    reserved is kept free too.
     """
     if op.spec.memory_budget is None:
         return float(1 << 62)
     rows = op.cache.rows + more_rows
-    grow = 2 * B.widest_column_bytes(op) * rows
+    grow = 2 * B.widest_column_bytes(op) * rows + beside + more_rows * B.layout_row_bytes(op)
     index = 16 * capacity_for(op.cache.values + more_rows) if more_rows else 0
     extra = max(0.0, grow + index - B.temporaries_reserve(op))
     return B.unplanned(op) - extra
@@ -129,7 +130,7 @@ def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
         return
     want = want[np.argsort(-(per_cycle[want] / np.maximum(cost[want], 1.0)), kind="stable")]
     held = cnt[want] * (B.layout_row_bytes(op) + 4) + np.where(cnt[want] > 0, op.entry_cost(), op.empty_cost())
-    room = _room(op, int(cnt[want].sum()))
+    room = _room(op, int(cnt[want].sum()), f.nbytes)
     if room <= 0:
         op._c.bump("index_no_room", len(want))
         return

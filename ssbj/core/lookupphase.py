@@ -74,7 +74,9 @@ class Offer:
 
 def fetch(op: SemiStreamJoin, values: pa.Array) -> Fetched:
     """Look up the master rows of ``values`` (master key values; NULLs never match)."""
+    t0 = time.perf_counter_ns()
     got = op.master.lookup(op.spec.master_key, values)  # type: ignore[attr-defined]
+    op._c.bump("lookup_wait_us", (time.perf_counter_ns() - t0) // 1000)  # the master's time, round trips included
     part = np.asarray(got.column(PARTITION_COLUMN).to_numpy(zero_copy_only=False), dtype=np.int64)
     m = plain_table(got.select(op._mcols))
     mk = encode_keys(m.column(0), op._family)
