@@ -234,9 +234,7 @@ class SqlMasterScan:
         """Whether an index starts with ``column`` (the primary key's or another): a lookup by it reads few rows."""
         t = self._sa_table
         pk = [c.name for c in t.primary_key.columns]
-        return (bool(pk) and pk[0] == column) or any(
-            [c.name for c in idx.columns][:1] == [column] for idx in t.indexes
-        )
+        return (bool(pk) and pk[0] == column) or any([c.name for c in idx.columns][:1] == [column] for idx in t.indexes)
 
     def key_unique(self, column: str) -> bool:
         """Whether the database enforces ``column`` unique (:class:`ssbj.contracts.MasterKeyUnique`).
