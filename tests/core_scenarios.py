@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from ssbj.core import SemiStreamJoin
+from ssbj.core import ArrowMaster, SemiStreamJoin
 from ssbj.core.checkpoint import DirectoryStore
 
 KEY = st.one_of(st.none(), st.integers(0, 12))
@@ -71,3 +71,20 @@ def checkpoint_after(op: SemiStreamJoin, stream: pa.Table, batch: int, steps: in
     store = DirectoryStore(path)
     op.checkpoint(store, 1)
     return store
+
+
+class ScanOnly:
+    """An in-memory master that can only scan (no MasterLookup), for the hybrid step's refusals."""
+
+    def __init__(self, t: pa.Table) -> None:
+        self._m = ArrowMaster(t, 2)
+        self.partition_rows, self.num_rows = 2, t.num_rows
+
+    def num_partitions(self) -> int:
+        return self._m.num_partitions()
+
+    def read_partition(self, p: int) -> pa.Table:
+        return self._m.read_partition(p)
+
+    def repartition(self, b: int) -> ScanOnly:
+        return self

@@ -358,14 +358,8 @@ def disk_phase(
             op._disk_keys_bytes = keys_bytes
             op._disk_buffer_bytes = nbytes
     op._disk_buffer_peak = max(op._disk_buffer_peak, op._disk_buffer_bytes)
-    if part.num_rows and (op._rc <= 1 or fsm in (1, 2) or op._vr_avg == 0):
-        seen = op._c.extra.get("master_rows_measured", 0)
-        if op._fixed_row_bytes:  # fixed-width columns: every row the same bytes
-            mb = float(op._fixed_row_bytes * part.num_rows)
-        else:
-            mb = float(row_nbytes(part.select(op._proj)).sum())
-        op._vr_avg = (op._vr_avg * seen + mb) / (seen + part.num_rows)
-        op._c.bump("master_rows_measured", part.num_rows)
+    if op._rc <= 1 or fsm in (1, 2) or op._vr_avg == 0:
+        note_master_rows(op, part)
     if part.num_rows == 0:
         return
     if fsm == COMPLETE:  # H_S is empty: the refresh alone
@@ -493,3 +487,16 @@ def note_scan(op: SemiStreamJoin, keys: np.ndarray, valid: np.ndarray) -> None:
     """Every key the scan reads: into the R-filter, and the R-cycle's rows and key range (``valid`` empty: all)."""
     op.rfilter.add(keys, valid)
     key_range(keys, valid, op._scan)
+
+
+def note_master_rows(op: SemiStreamJoin, rows: pa.Table) -> None:
+    """Fold the bytes of master rows just read (a partition, or a lookup's) into v_R."""
+    if rows.num_rows == 0:
+        return
+    seen = op._c.extra.get("master_rows_measured", 0)
+    if op._fixed_row_bytes:  # fixed-width columns: every row the same bytes
+        mb = float(op._fixed_row_bytes * rows.num_rows)
+    else:
+        mb = float(row_nbytes(rows.select(op._proj)).sum())
+    op._vr_avg = (op._vr_avg * seen + mb) / (seen + rows.num_rows)
+    op._c.bump("master_rows_measured", rows.num_rows)

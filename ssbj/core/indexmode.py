@@ -39,12 +39,11 @@ import pyarrow as pa
 
 from ssbj.core import budget as B
 from ssbj.core.cache import HR_F, HR_SINCE
+from ssbj.core.diskphase import note_master_rows
 from ssbj.core.hashing import capacity_for
-from ssbj.core.hs import ST_SWITCH
 from ssbj.core.keys import decode_keys, is_exact
-from ssbj.core.lookupphase import Fetched, LookupDone, Offer, fetch, lookup_phase
+from ssbj.core.lookupphase import Fetched, LookupDone, Offer, fetch, lookup_phase, run_positions
 from ssbj.core.refresh import HR_LEN, HR_START
-from ssbj.core.rowsize import row_nbytes
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -87,16 +86,9 @@ def cycle_tuples(op: SemiStreamJoin) -> int:
 
 
 def measure_rows(op: SemiStreamJoin, rows: pa.Table) -> None:
-    """v_R from the rows looked up (no partition is read to measure it)."""
-    seen = op._c.extra.get("master_rows_measured", 0)
-    if rows.num_rows == 0 or seen >= MEASURE_ROWS:
-        return
-    if op._fixed_row_bytes:
-        mb = float(op._fixed_row_bytes * rows.num_rows)
-    else:
-        mb = float(row_nbytes(rows.select(op._proj)).sum())
-    op._vr_avg = (op._vr_avg * seen + mb) / (seen + rows.num_rows)
-    op._c.bump("master_rows_measured", rows.num_rows)
+    """v_R from the rows looked up (no partition is read to measure it), up to MEASURE_ROWS of them."""
+    if op._c.extra.get("master_rows_measured", 0) < MEASURE_ROWS:
+        note_master_rows(op, rows)
 
 
 def _room(op: SemiStreamJoin, more_rows: int, beside: int) -> float:
@@ -142,9 +134,8 @@ def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
     with_rows = cnt > 0
     added = 0
     if with_rows.any():
-        kr, lr, cr = keys[with_rows], lo[with_rows], cnt[with_rows]
-        total = int(cr.sum())
-        pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cr) - cr, cr) + np.repeat(lr, cr)
+        kr = keys[with_rows]
+        pos = run_positions(lo[with_rows], cnt[with_rows])
         idx = f.order[pos]
         add = f.rows.take(pa.array(idx))
         # HR_SINCE one ahead: judged at eviction only after a whole R-cycle (:func:`evict`)
@@ -182,9 +173,7 @@ def refresh(op: SemiStreamJoin, first: int, end: int) -> None:
     had_rows = sel[np.isin(sel, ix.keys[ix.used])]
     if not _changed(op, sel, had_rows, f):
         return
-    lo, cnt = f.runs(sel)
-    total = int(cnt.sum())
-    pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)
+    pos = run_positions(*f.runs(sel))
     idx = f.order[pos]
     add = f.rows.take(pa.array(idx))
     cache.rebuild(had_rows, add, f.sorted_keys[pos], f.part[idx].astype(np.int32), op._rc, cached_after=sel)
@@ -210,7 +199,7 @@ def _changed(op: SemiStreamJoin, sel: np.ndarray, had_rows: np.ndarray, f: Fetch
     _, cnt = f.runs(had_rows)
     if not np.array_equal(cnt, length):
         return True
-    old = np.repeat(start - np.cumsum(length) + length, length) + np.arange(int(length.sum()), dtype=np.int64)
+    old = run_positions(start, length)
     # the same rows in the same order (value, then partition, then read order): else rebuilt
     order = f.order[np.lexsort((f.part[f.order], f.sorted_keys))]  # as H_R's runs: value, partition
     if not np.array_equal(op.cache.src[old].astype(np.int64), f.part[order]):
@@ -224,7 +213,6 @@ def lookup(
     op: SemiStreamJoin, p: int, pairs: list[tuple[pa.Table, pa.Table]], unmatched: list[pa.Table]
 ) -> LookupDone | None:
     """Finish every miss of this step by lookup (``None``: no miss)."""
-    settle(op)
     if not op.hs.live:
         return None
     before = op._transient
@@ -272,11 +260,3 @@ def evict(op: SemiStreamJoin) -> tuple[np.ndarray, int]:
     pay[restart, HR_F] = 0
     pay[restart, HR_SINCE] = rc
     return ix.keys[out], op.cache.empties.evict(1.0, 1.0, sf, rc)
-
-
-def settle(op: SemiStreamJoin) -> None:
-    """Index mode reads no partition: whatever the scan was collecting in s_B can never complete."""
-    if op._sb:
-        op._sb = []
-        op._sb_bytes = 0
-    op.stats.table.payload[:, ST_SWITCH] = 0  # no value is switching

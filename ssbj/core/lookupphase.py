@@ -63,6 +63,13 @@ class Fetched:
         return lo, np.searchsorted(self.sorted_keys, keys, side="right") - lo
 
 
+def run_positions(lo: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """Every position of the runs ``lo[i] .. lo[i] + cnt[i] - 1``, run after run."""
+    total = int(cnt.sum())
+    out: np.ndarray = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)
+    return out
+
+
 @dataclass(frozen=True)
 class Offer:
     """The distinct values a lookup path fetched, their tuples in the step and their rows."""
@@ -152,7 +159,7 @@ def lookup_phase(
     lo, cnt = f.runs(skeys)
     total = int(cnt.sum())
     ti = np.repeat(np.arange(n, dtype=np.int64), cnt)
-    ri = f.order[np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)]
+    ri = f.order[run_positions(lo, cnt)]
     keep = not_met(part[ri], p0[ti], met[ti], k)
     ti, ri = ti[keep], ri[keep]
     op._note_transient(f.nbytes + srows.nbytes + 16 * total)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from core_scenarios import KEY, key_tables
+from core_scenarios import KEY, ScanOnly, key_tables
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -227,20 +227,6 @@ def test_auto_keeps_scanning_while_the_cache_needs_refresh() -> None:
 
 
 def test_always_needs_a_lookup_master() -> None:
-    class ScanOnly:
-        def __init__(self, t: pa.Table) -> None:
-            self._m = ArrowMaster(t, 2)
-            self.partition_rows, self.num_rows = 2, t.num_rows
-
-        def num_partitions(self) -> int:
-            return self._m.num_partitions()
-
-        def read_partition(self, p: int) -> pa.Table:
-            return self._m.read_partition(p)
-
-        def repartition(self, b: int) -> ScanOnly:
-            return self
-
     master = pa.table({"mk": [1], "mval": [1]})
     s = pa.schema([("sid", pa.int64()), ("sk", pa.int64())])
     assert not isinstance(ScanOnly(master), MasterLookup)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from core_scenarios import KEY, drifting, key_tables
+from core_scenarios import KEY, ScanOnly, drifting, key_tables
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
@@ -241,20 +241,6 @@ def test_budget_holds_in_index_mode() -> None:
 def test_index_mode_needs_ssbj_and_a_lookup_master(tmp_path: Any) -> None:
     with pytest.raises(ConfigError, match="algorithm"):
         JoinSpec("sk", "mk", algorithm="meshjoin", hybrid="index")
-
-    class ScanOnly:
-        def __init__(self, t: pa.Table) -> None:
-            self._m = ArrowMaster(t, 2)
-            self.partition_rows, self.num_rows = 2, t.num_rows
-
-        def num_partitions(self) -> int:
-            return self._m.num_partitions()
-
-        def read_partition(self, p: int) -> pa.Table:
-            return self._m.read_partition(p)
-
-        def repartition(self, b: int) -> ScanOnly:
-            return self
 
     master = pa.table({"mk": [1], "mval": [1]})
     s = pa.schema([("sid", pa.int64()), ("sk", pa.int64())])
