@@ -168,6 +168,7 @@ BREAKDOWN_ROWS = (
     ("switching_buffer", "s_B"),
     ("value_statistics", "value statistics"),
     ("interest_filter", "interest filter"),
+    ("doorkeeper", "doorkeeper (index mode)"),
     ("queue", "Q"),
     ("transient", "per-step temporaries"),
     ("prefetch", "read ahead"),

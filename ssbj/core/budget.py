@@ -100,7 +100,8 @@ def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
     sb = max(op._sb_bytes, reserve) if sb_reserve else op._sb_bytes
     queue = (op._k + 2) * QUEUE_RECORD
     filters = op.rfilter.nbytes + op._rf_pending  # (a first filter deferred to the next R-cycle start)
-    held = op.cache.nbytes() + sb + op.stats.nbytes + op.interest.nbytes + filters + queue
+    keys = op.stats.nbytes + op.interest.nbytes + op.doorkeeper.nbytes
+    held = op.cache.nbytes() + sb + keys + filters + queue
     return int(disk + prefetch_reserve(op) + held + temporaries_reserve(op))
 
 
@@ -175,7 +176,7 @@ def adapt(op: SemiStreamJoin) -> None:
         w = max(1, int(min(INDEX_CHUNK_SHARE * budget, avail) / max(per, 1.0)))
         op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
         op._plan = Plan(w, w, budget - fixed_bytes(op), per)
-        _set_ring(op, w, w, per)
+        _set_ring(op, w, w, per_tuple_bytes(op))  # (the temporaries are reserved, not the ring's strings)
         op._sb_allow[:] = (0, 0)
         return
     if op._disk_buffer_peak == 0:
@@ -439,6 +440,7 @@ def breakdown(op: SemiStreamJoin) -> dict[str, float]:
         "switching_buffer": float(mem.switching_buffer),
         "value_statistics": float(op.stats.nbytes),
         "interest_filter": float(op.interest.nbytes),
+        "doorkeeper": float(op.doorkeeper.nbytes),
         "r_filter": float(op.rfilter.nbytes),
         "queue": float(mem.queue),
         "transient": float(mem.transient),

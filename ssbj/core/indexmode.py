@@ -6,22 +6,23 @@ cache and replaces the scan:
 
 * every step, the cache phase answers hits from H_R and the empty entries, and the
   misses are looked up at once (:func:`ssbj.core.lookupphase.lookup_phase`);
-* of the values just looked up, those the inequality takes enter H_R with the rows just
-  read (or the empty entries, with none), densest first (tuples per byte) within the
-  budget's room (:func:`admit`). The waiting tuples cost no memory here (they are looked
-  up at once), so the inequality weighs lookups: value j is cached iff ``s_f`` times its
-  tuples per R-cycle exceed the one lookup per R-cycle that keeps it fresh. Its tuples
-  per R-cycle are estimated from this step: its tuples in the step times the R-cycle's
-  tuples over the step's;
+* of the values just looked up, those the doorkeeper saw before (:mod:`ssbj.core.doorkeeper`:
+  a second lookup within this R-cycle and the last) or with two tuples in the step, and
+  that the inequality takes, enter H_R with the rows just read (or the empty entries,
+  with none), densest first (tuples per byte) within the budget's room (:func:`admit`).
+  The waiting tuples cost no memory here (they are looked up at once), so the inequality
+  weighs lookups: value j is cached iff ``s_f`` times its tuples per R-cycle exceed the
+  one lookup per R-cycle that keeps it fresh;
 * no partition is read. The R-cycle is :func:`cycle_tuples` stream tuples (by default
-  about the scan's R-cycle at the same budget); at its start
-  H_R and the empty entries are evicted by the same inequality on the hits they served
-  (Algorithm 1, lines 42-51), every R-cycle;
-* freshness: the cached values are split into k slices (a hash of the value mod k); as
-  the R-cycle's tuples are read, the slices due are looked up again (:func:`refresh`),
-  so every cached value, with rows or empty, is re-read once per R-cycle, and no
-  enrichment uses a master row read more than one R-cycle (of stream tuples) ago. New
-  master rows of a value not cached are found by its next lookup.
+  about the scan's R-cycle at the same budget), k ticks of it;
+* freshness and eviction (Algorithm 1, lines 42-51, per value): a value with rows is due
+  one R-cycle after it was read (``HR_SINCE`` holds the tick). Then it is judged on that
+  R-cycle's hits: evicted, with no lookup, unless ``s_f`` times them exceed one lookup,
+  else looked up again (:func:`refresh`). The empty entries are looked up again in k
+  slices (a hash of the value mod k, one slice a tick) and judged at each R-cycle start
+  (:func:`evict`). So no enrichment uses a master row read more than one R-cycle (of
+  stream tuples, plus the step's) ago. New master rows of a value not cached are found
+  by its next lookup.
 
 Exactness: a value is cached with every row a lookup of it returned, so a hit joins what a
 lookup would (as of the value's last read); everything else is looked up. Only exact key
@@ -38,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core import budget as B
-from ssbj.core.cache import HR_F, HR_SINCE
+from ssbj.core.cache import HR_F, HR_SINCE, INDEX_LOAD
 from ssbj.core.diskphase import note_master_rows
 from ssbj.core.hashing import capacity_for
 from ssbj.core.keys import decode_keys, is_exact
@@ -91,20 +92,27 @@ def measure_rows(op: SemiStreamJoin, rows: pa.Table) -> None:
         note_master_rows(op, rows)
 
 
-def _room(op: SemiStreamJoin, more_rows: int, beside: int) -> float:
-    """Bytes new cached values may take now: the budget's unplanned bytes less the rebuild's growth.
+APPEND_ROW_BYTES = 48  # the append's per added row: its order (twice), sorted key, tag, run arrays
 
-    Adding rows copies H_R's columns one at a time beside the old ones and may grow the
-    index (:meth:`ssbj.core.cache.Cache._append`), while the lookup's result (``beside``)
-    and the rows taken from it are alive; what that holds beyond the temporaries already
-    reserved is kept free too.
+
+def _room(op: SemiStreamJoin, more_rows: int, more_values: int, beside: int) -> float:
+    """Bytes new cached values may take now: the budget's unplanned bytes less the append's temporaries.
+
+    Adding rows (:meth:`ssbj.core.cache.Cache._append`) writes each of H_R's columns anew,
+    with the added rows, beside the old one (and the added rows' copy twice), or, when the
+    index must grow, holds the old index beside the new; meanwhile the lookup's result
+    (``beside``) and the rows taken from it are alive. What that holds beyond the
+    temporaries already reserved is kept free too.
     """
     if op.spec.memory_budget is None:
         return float(1 << 62)
-    rows = op.cache.rows + more_rows
-    grow = 2 * B.widest_column_bytes(op) * rows + beside + more_rows * B.layout_row_bytes(op)
-    index = 16 * capacity_for(op.cache.values + more_rows) if more_rows else 0
-    extra = max(0.0, grow + index - B.temporaries_reserve(op))
+    cache = op.cache
+    widest = B.widest_column_bytes(op)
+    columns = widest * (cache.rows + 3 * more_rows)
+    grows = capacity_for(cache.values + more_values, INDEX_LOAD) > cache.index.cap
+    index = cache.index.nbytes + 16 * more_values if grows else 0
+    held = beside + more_rows * (B.layout_row_bytes(op) + APPEND_ROW_BYTES)
+    extra = max(0.0, max(columns, index) + held - B.temporaries_reserve(op))
     return B.unplanned(op) - extra
 
 
@@ -117,12 +125,16 @@ def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
     lo, cnt = f.runs(offer.keys)
     per_cycle = offer.tuples.astype(np.float64) * (cycle_tuples(op) / max(read, 1))
     cost = np.where(cnt > 0, cnt * op.row_cost() + op.entry_cost(), op.empty_cost())
-    want = np.flatnonzero(op.spec.switch_factor * per_cycle > 1.0)  # as evict() weighs them
+    # offered at a second tuple: in this step, or an earlier lookup in this R-cycle or the last
+    seen = op.doorkeeper.seen(offer.keys)
+    offered = seen | (offer.tuples > 1)
+    op._c.bump("index_first_seen", int(len(offered) - np.count_nonzero(offered)))
+    want = np.flatnonzero(offered & (op.spec.switch_factor * per_cycle > 1.0))  # as evict() weighs them
     if not len(want):
         return
     want = want[np.argsort(-(per_cycle[want] / np.maximum(cost[want], 1.0)), kind="stable")]
     held = cnt[want] * (B.layout_row_bytes(op) + 4) + np.where(cnt[want] > 0, op.entry_cost(), op.empty_cost())
-    room = _room(op, int(cnt[want].sum()), f.nbytes)
+    room = _room(op, int(cnt[want].sum()), len(want), f.nbytes)
     if room <= 0:
         op._c.bump("index_no_room", len(want))
         return
@@ -138,9 +150,13 @@ def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
         pos = run_positions(lo[with_rows], cnt[with_rows])
         idx = f.order[pos]
         add = f.rows.take(pa.array(idx))
-        # HR_SINCE one ahead: judged at eviction only after a whole R-cycle (:func:`evict`)
-        op.cache.rebuild(np.zeros(0, np.int64), add, f.sorted_keys[pos], f.part[idx].astype(np.int32), op._rc + 1)
-        op.cache.last_transient += add.nbytes + f.nbytes  # (both alive beside the rebuild)
+        before, op.cache.last_transient = op.cache.last_transient, 0  # (an eviction's, this step)
+        # read now: due (judged and looked up again) one R-cycle of ticks later (:func:`refresh`)
+        op.cache.rebuild(np.zeros(0, np.int64), add, f.sorted_keys[pos], f.part[idx].astype(np.int32), op._ix_tick)
+        # the append's temporaries, with the rows and the lookup's result alive beside them, fit in
+        # the room _room kept: reported for this step, not reserved for every step after it
+        op._switch_transient = max(op._switch_transient, op.cache.last_transient + add.nbytes + f.nbytes)
+        op.cache.last_transient = before
         added = len(kr)
         op.interest.add(kr)
     empty = keys[~with_rows]
@@ -154,14 +170,31 @@ def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
     op._c.bump("index_admitted", added)
 
 
-def refresh(op: SemiStreamJoin, first: int, end: int) -> None:
-    """Look up again the cached values of slices ``first .. end - 1``; rebuild H_R if their rows changed."""
+def refresh(op: SemiStreamJoin, first: int, end: int, tick: int) -> None:
+    """Judge and look up again the cached values now due; rebuild H_R if their rows changed.
+
+    A value with rows is due one R-cycle (k ticks) after it was read (``HR_SINCE`` holds
+    that tick; ``tick`` is the one this step reached). It is judged on the hits of exactly
+    that R-cycle: evicted if s_f times them do not exceed the one lookup that would keep it
+    fresh, else looked up again. Empty entries are refreshed by slice (``first .. end - 1``
+    of :func:`slice_of`) and judged at the R-cycle start (:func:`evict`).
+    """
     cache = op.cache
     if cache.values + cache.empty_values == 0:
         return
-    cached = cache.values_cached()
-    sl = slice_of(cached, op._k)
-    sel = np.sort(cached[(sl >= first) & (sl < end)])
+    k = max(op._k, 1)
+    ix = cache.index
+    due = ix.used & (ix.payload[:, HR_SINCE].astype(np.int64) + k <= tick)
+    keys_due = ix.keys[due]
+    cold = op.spec.switch_factor * ix.payload[due, HR_F].astype(np.float64) <= 1.0
+    if cold.any():
+        cache.rebuild(keys_due[cold], None, np.zeros(0, np.int64), np.zeros(0, np.int32), tick)
+        op._c.evicted += int(np.count_nonzero(cold))
+        op._c.bump("index_evicted_at_refresh", int(np.count_nonzero(cold)))
+    again = np.sort(keys_due[~cold])
+    em = cache.empties.keys
+    sl = slice_of(em, k)
+    sel = np.sort(np.concatenate([again, em[(sl >= first) & (sl < end)]]))
     if not len(sel):
         return
     mtype = op._master_layout.field(0).type
@@ -169,17 +202,18 @@ def refresh(op: SemiStreamJoin, first: int, end: int) -> None:
     op._note_transient(f.nbytes)
     op._c.bump("index_refreshed", len(sel))
     op._c.bump("lookup_rows", f.rows.num_rows)
-    ix = cache.index
-    had_rows = sel[np.isin(sel, ix.keys[ix.used])]
-    if not _changed(op, sel, had_rows, f):
-        return
-    pos = run_positions(*f.runs(sel))
-    idx = f.order[pos]
-    add = f.rows.take(pa.array(idx))
-    cache.rebuild(had_rows, add, f.sorted_keys[pos], f.part[idx].astype(np.int32), op._rc, cached_after=sel)
-    cache.last_transient += add.nbytes + f.nbytes
-    op._c.bump("index_refresh_rebuilds")
-    op.rebuild_interest()
+    if _changed(op, sel, again, f):
+        pos = run_positions(*f.runs(sel))
+        idx = f.order[pos]
+        add = f.rows.take(pa.array(idx))
+        cache.rebuild(again, add, f.sorted_keys[pos], f.part[idx].astype(np.int32), tick, cached_after=sel)
+        cache.last_transient += add.nbytes + f.nbytes
+        op._c.bump("index_refresh_rebuilds")
+        op.rebuild_interest()
+    ix = cache.index  # (a rebuild replaces its arrays)
+    read = ix.used & np.isin(ix.keys, sel)
+    ix.payload[read, HR_F] = 0
+    ix.payload[read, HR_SINCE] = tick
 
 
 def _changed(op: SemiStreamJoin, sel: np.ndarray, had_rows: np.ndarray, f: Fetched) -> bool:
@@ -223,40 +257,43 @@ def lookup(
 
 
 def after_lookup(op: SemiStreamJoin, p: int, done: LookupDone | None, read: int) -> None:
-    """Cache what the lookup offers, refresh the slices now due, and move on in the R-cycle.
+    """Cache what the lookup offers, pass the ticks now due (refreshing), and move on in the R-cycle.
 
-    ``p`` is the next slice to refresh; after the step's ``read`` tuples, the slices up to
-    the share of :func:`cycle_tuples` read so far are due (at least one a step). When all
-    k are refreshed, the R-cycle ends: the next step begins the next one.
+    ``p`` is the R-cycle's next tick (and empty-entry slice); after the step's ``read``
+    tuples, the ticks up to the share of :func:`cycle_tuples` read so far pass (at least
+    one a step). When all k have passed, the R-cycle ends: the next step begins the next one.
     """
     if done is not None and done.offer is not None:
         admit(op, done.offer, read)
     k = max(op._k, 1)
     op._ix_read += read
     due = min(k, max(p + 1, -(-op._ix_read * k // cycle_tuples(op))))
-    refresh(op, p, due)
+    op._ix_tick += due - p
+    refresh(op, p, due, op._ix_tick)
     if op.spec.memory_budget is not None and op._rc == 1 and p == 0:
-        B.adapt(op)  # the first lookup is measured now: size the chunks of cycle 1
+        # the first lookup is measured now: size the chunks of cycle 1. Its step was sized
+        # before anything was measured; its temporaries are not what the sized steps hold
+        op._transient_peak = 0
+        B.adapt(op)
     op._p = due % k
     op._cycle_open = op._p != 0
     if not op._cycle_open:
         op._ix_read = 0
 
 
-def evict(op: SemiStreamJoin) -> tuple[np.ndarray, int]:
-    """Lines 42-51 with index mode's sides: evict a value unless s_f times its hits per R-cycle exceed one lookup.
+DOOR_FLOOR = 8  # a doorkeeper generation is sized for at least one value per this many tuples of an R-cycle
 
-    A value admitted during the R-cycle that just ended (``HR_SINCE`` set ahead, to that
-    R-cycle + 1, by :func:`admit`) saw only part of it: it is judged after a whole one.
-    Returns (values with rows to evict, empty entries evicted).
+
+def rotate_doorkeeper(op: SemiStreamJoin) -> None:
+    """At an R-cycle start: a new doorkeeper generation (the first sized for half an R-cycle's tuples)."""
+    if caches(op):
+        op.doorkeeper.rotate(cycle_tuples(op) // (2 if op._rc <= 1 else DOOR_FLOOR))
+
+
+def evict(op: SemiStreamJoin) -> tuple[np.ndarray, int]:
+    """Lines 42-51 for the empty entries, every R-cycle: evict unless s_f times their hits exceed one lookup.
+
+    Values with rows are judged one by one when due (:func:`refresh`). Returns (values
+    with rows to evict: none here, empty entries evicted).
     """
-    ix, rc, sf = op.cache.index, op._rc, op.spec.switch_factor
-    pay = ix.payload
-    since = pay[:, HR_SINCE].astype(np.int64)
-    young = ix.used & (since >= rc)
-    hits = pay[:, HR_F].astype(np.float64)
-    out = ix.used & ~young & (sf * hits / np.maximum(1, rc - since) <= 1.0)
-    restart = ix.used & ~out
-    pay[restart, HR_F] = 0
-    pay[restart, HR_SINCE] = rc
-    return ix.keys[out], op.cache.empties.evict(1.0, 1.0, sf, rc)
+    return np.zeros(0, np.int64), op.cache.empties.evict(1.0, 1.0, op.spec.switch_factor, op._rc)

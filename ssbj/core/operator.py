@@ -52,6 +52,7 @@ from ssbj.core.arrowtypes import plain_schema
 from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
+from ssbj.core.doorkeeper import Doorkeeper
 from ssbj.core.hs import SWITCHING, StreamTable
 from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
@@ -154,6 +155,7 @@ class SemiStreamJoin:
         self._p = 0  # next partition to load
         self._cycle_open = False  # the R-cycle of partition self._p has begun (the scan may idle at p = 0)
         self._ix_read = 0  # index mode: stream tuples read in this R-cycle (ssbj.core.indexmode)
+        self._ix_tick = 0  # index mode: refresh ticks so far (k an R-cycle; ssbj.core.indexmode)
         self._k = self.master.num_partitions()
         self._cycle_start: dict[int, int] = {}
         self.hs = StreamTable(self.stream_schema, self.spec.stream_key, self._family, self._store_key)
@@ -162,6 +164,7 @@ class SemiStreamJoin:
         # MESHJOIN tracks no value: its table stays at the smallest size
         self.stats = ValueStats() if self._use_cache else ValueStats(0, cap=8)
         self.interest = Interest()  # values the disk phase looks up beyond H_S
+        self.doorkeeper = Doorkeeper()  # index mode: values looked up in this R-cycle and the last
         self.rfilter = RFilter()  # values R has (tuples of other values finish at once)
         self._scan = np.zeros(3, dtype=np.int64)  # this R-cycle's scan: rows, least and largest key
         self._scan_last = np.zeros(3, dtype=np.int64)  # the same for the last complete R-cycle

@@ -102,6 +102,8 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
             "st_keys": st_k,
             "st_pay": st_p,
             "interest_bits": op.interest.bits,
+            "door_cur": op.doorkeeper.cur,
+            "door_prev": op.doorkeeper.prev,
             "rf_active": rf.active.bits if rf.active is not None else np.zeros(0, np.uint64),
             "rf_building": rf.building.bits if rf.building is not None else np.zeros(0, np.uint64),
         },
@@ -152,6 +154,8 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "early_rows": int(op._early[0]),
         "index_mode": op.spec.hybrid == "index",
         "index_read": op._ix_read,
+        "index_tick": op._ix_tick,
+        "doorkeeper_added": op.doorkeeper.added,
         "transient_peak": op._transient_peak,
         "rebuild_peak": op._rebuild_peak,
         "cache_transient_peak": op._cache_transient_peak,
@@ -210,6 +214,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         )
     op._step, op._rc, op._p, op._k = m["step"], m["rc"], m["p"], m["k"]
     op._ix_read = int(m.get("index_read", 0))
+    op._ix_tick = int(m.get("index_tick", 0))
     op._cycle_open = bool(m.get("cycle_open", op._p != 0))  # older checkpoints: the scan never idled
     op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}
     op._chunk_bytes = m["chunk_bytes"]
@@ -275,6 +280,8 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
             op.interest.refill(st.keys[st.used], cache.index.keys[cache.index.used], cache.empties.keys)
     else:  # older checkpoints
         op.rebuild_interest()
+    if "door_cur" in arrays:  # (older checkpoints: an empty doorkeeper, values offered at their second lookup)
+        op.doorkeeper.load(arrays["door_cur"], arrays["door_prev"], int(m.get("doorkeeper_added", 0)))
     _load_rfilter(op, m.get("rfilter"), arrays)
     for name in m["sb"]:
         t = store.read_table(name)

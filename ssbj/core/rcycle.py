@@ -59,6 +59,7 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
         evicted = np.zeros(0, np.int64)
         if op.spec.hybrid == "index":  # every R-cycle, by lookups saved (ssbj.core.indexmode)
             evicted, n_empty = IX.evict(op)
+            IX.rotate_doorkeeper(op)
             op._c.evicted += len(evicted) + n_empty
         elif op._rc % op.spec.eviction_interval == 0 and not resident:
             evicted, n_empty = op.cache.evict(

@@ -24,7 +24,7 @@ def memory_report(op: SemiStreamJoin) -> MemoryReport:
         queue=op.hs.queue.nbytes,
         disk_buffer=op._disk_buffer_bytes,
         switching_buffer=op._sb_bytes,
-        key_table=op.stats.nbytes + op.interest.nbytes,
+        key_table=op.stats.nbytes + op.interest.nbytes + op.doorkeeper.nbytes,
         stream_buffer=op._buffer_bytes,
         entries=max(op.hs.values, 0) + op.cache.values + op.cache.empty_values + op.stats.size,
         # the probes' temporaries and a rebuild's are never alive at once (ssbj.core.budget.temporaries_reserve)

@@ -188,6 +188,7 @@ def test_registry_has_one_module_per_method() -> None:
     assert registry.METHODS == (
         "ssbj",
         "ssbj_index",
+        "ssbj_index_ttl",
         "ssbj_exec",
         "ssbj_exec_read",
         "meshjoin",

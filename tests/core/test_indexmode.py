@@ -82,7 +82,13 @@ def _check_counts(op: SemiStreamJoin) -> None:
     )
 
 
-def _feed(op: SemiStreamJoin, batches: list[pa.RecordBatch]) -> list[tuple[Counter[Any], Counter[Any]]]:
+def _decisions(op: SemiStreamJoin) -> tuple[int, ...]:
+    """What the cache decided so far (the output is exact whatever it decides)."""
+    x = op._c.extra
+    return (op._c.served_cache, x.get("lookup_keys", 0), x.get("index_refreshed", 0), op.cache.values)
+
+
+def _feed(op: SemiStreamJoin, batches: list[pa.RecordBatch]) -> list[tuple[Any, ...]]:
     steps = []
     i = 0
     while i < len(batches) or op.waiting_tuples:
@@ -91,7 +97,7 @@ def _feed(op: SemiStreamJoin, batches: list[pa.RecordBatch]) -> list[tuple[Count
             i += 1
         r = op.step()
         assert r.metrics.b == 0 and r.metrics.path in ("lookup", "idle")
-        steps.append((as_multiset(r.enriched), as_multiset(r.unmatched)))
+        steps.append((as_multiset(r.enriched), as_multiset(r.unmatched), _decisions(op)))
         _check_counts(op)
     return steps
 
@@ -104,8 +110,8 @@ def test_index_mode_equals_batch_join(sc: dict[str, Any]) -> None:
     scan = Mutable(master, sc["b"])
     op = _operator(sc, scan, stream.schema, master.schema)
     steps = _feed(op, stream.to_batches(max_chunksize=sc["batch"]))
-    assert sum((e for e, _ in steps), Counter()) == batch_join(stream, master, "sk", "mk", MCOLS)
-    assert sum((u for _, u in steps), Counter()) == unmatched_reference(stream, master, "sk", "mk")
+    assert sum((e for e, _, _ in steps), Counter()) == batch_join(stream, master, "sk", "mk", MCOLS)
+    assert sum((u for _, u, _ in steps), Counter()) == unmatched_reference(stream, master, "sk", "mk")
     assert op.waiting_tuples == 0 and scan.reads == 0  # no partition was read
     if sc["strings"]:  # a hashed key type is never cached
         assert op.cache.values + op.cache.empty_values == 0
@@ -114,7 +120,7 @@ def test_index_mode_equals_batch_join(sc: dict[str, Any]) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenario())
 def test_index_mode_exact_across_save_restore(sc: dict[str, Any], tmp_path_factory: Any) -> None:
-    """Restored at any step, the run continues step for step as without the restore."""
+    """Restored at any step, the run continues step for step as without the restore, its cache decisions too."""
     stream, master = key_tables(sc)
     batches = stream.to_batches(max_chunksize=sc["batch"])
     reference = _feed(_operator(sc, Mutable(master, sc["b"]), stream.schema, master.schema), batches)
@@ -128,7 +134,7 @@ def test_index_mode_exact_across_save_restore(sc: dict[str, Any], tmp_path_facto
             op.push(batches[i])
             i += 1
         r = op.step()
-        steps.append((as_multiset(r.enriched), as_multiset(r.unmatched)))
+        steps.append((as_multiset(r.enriched), as_multiset(r.unmatched), _decisions(op)))
         op.checkpoint(store, j)
     op.checkpoint(store, cut)
     restored = SemiStreamJoin.restore(store, op.spec, Mutable(master, sc["b"]), stream.schema, master.schema)
@@ -165,6 +171,24 @@ def test_the_cache_serves_hot_values_and_lookups_fall() -> None:
     assert scan.reads == 0
 
 
+@pytest.mark.parametrize("cut", [60, 101])
+def test_restore_keeps_the_cache_decisions(cut: int, tmp_path: Any) -> None:
+    """On skewed data (admissions, refreshes, evictions at refresh), a restore continues every decision as before."""
+    stream, master = _zipf(500, 6_000)
+    sc = {"chunk_bytes": 400, "memory_budget": None, "switch_factor": 1.0}
+    batches = stream.to_batches(max_chunksize=50)
+    reference = _feed(_operator(sc, Mutable(master, 10), stream.schema, master.schema), batches)
+    op = _operator(sc, Mutable(master, 10), stream.schema, master.schema)
+    for b in batches[:cut]:
+        op.push(b)
+        op.step()
+    assert op.doorkeeper.added and op._ix_tick > op._k and op._c.extra.get("index_evicted_at_refresh")
+    store = DirectoryStore(tmp_path)
+    op.checkpoint(store, cut)
+    restored = SemiStreamJoin.restore(store, op.spec, Mutable(master, 10), stream.schema, master.schema)
+    assert _feed(restored, batches[cut:]) == reference[cut:]
+
+
 def test_cached_values_are_refreshed_within_one_r_cycle() -> None:
     """A changed, a deleted and a new master row reach every tuple that arrives one R-cycle later."""
     vals, rebuilds = _update_hot_values()
@@ -174,7 +198,7 @@ def test_cached_values_are_refreshed_within_one_r_cycle() -> None:
 
 def test_mutation_without_refresh_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above fails when the cached values are not looked up again."""
-    monkeypatch.setattr(IX, "refresh", lambda op, first, end: None)
+    monkeypatch.setattr(IX, "refresh", lambda op, first, end, tick: None)
     vals, _ = _update_hot_values()
     assert set(vals) != {1001, 1002, 1600}
 

@@ -8,6 +8,7 @@ watched through its seams only: ``on_progress`` records and a :class:`StepObserv
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,17 @@ SHARDED = "P > 1 runs the join in the executors: method ssbj_exec"
 class JobMethod:
     """The ssbj job with one algorithm."""
 
-    def __init__(self, algorithm: str, label: str, name: str | None = None, join: Json | None = None) -> None:
+    def __init__(
+        self,
+        algorithm: str,
+        label: str,
+        name: str | None = None,
+        join: Json | Callable[[Harness], Json] | None = None,
+    ) -> None:
         self.name = name or algorithm
         self.algorithm = algorithm
         self.label = label
-        self.join = join or {}  # settings beyond the harness's (join.hybrid of ssbj_index)
+        self.join = join or {}  # settings beyond the harness's (join.hybrid of ssbj_index), or made from the run
 
     def supports_shards(self, shards: int) -> str | None:
         """P = 1: one operator on the driver."""
@@ -63,7 +70,7 @@ class JobMethod:
                 st.maybe_update(h.db, int(p["totals"]["records_in"]), int(p["batch_id"]))
 
         conf = h.job_config(self.algorithm, table)
-        conf["join"].update(self.join)
+        conf["join"].update(self.join(h) if callable(self.join) else self.join)
         cfg = parse_config(conf, f"bench {self.name}")
         before = counters.snapshot()
         reads, steps = PartitionReadCounter(first_read), StepRecorder(st, h.case.row_id)

@@ -9,6 +9,7 @@ from ssbj.bench.pipeline.harness import Method
 MODULES = {
     "ssbj": "m_ssbj",
     "ssbj_index": "m_ssbj_index",
+    "ssbj_index_ttl": "m_ssbj_index_ttl",
     "ssbj_exec": "m_ssbj_exec",
     "ssbj_exec_read": "m_ssbj_exec_read",
     "meshjoin": "m_meshjoin",
