@@ -60,7 +60,7 @@ from ssbj.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
-LOOKUP_BATCH = 2_000  # keys per IN list: 13.7 us a key on MariaDB against 23.3 at 500 (docs/hybrid.md)
+LOOKUP_BATCH = 4_000  # keys per IN list: 10.0 us a key on MariaDB against 15.6 at 500 (bench/results/lookup_batch.md)
 MAX_LOOKUP_PARAMS = 30_000  # bound parameters per statement (SQLite allows 32,766, MariaDB 65,535)
 GROWTH_WARNING_FACTOR = 4  # warn when a partition holds more than this many times b rows
 
