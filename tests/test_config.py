@@ -203,6 +203,18 @@ def test_validate_checks_master_table_key_and_columns(tmp_path: Path, capsys: An
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "master: table customer" in out and "0 rows" in out and out.rstrip().endswith("OK")
+    assert "c_custkey has an index: hybrid index" in out  # the primary key
+    job["join"]["hybrid"] = "index"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 0
+    assert "lookups by c_custkey go through its index" in capsys.readouterr().out
+    job["master"]["key"], job["master"]["columns"] = "c_name", ["c_note"]
+    job["schema"]["k"] = "string"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", str(path)]) == 0
+    assert "warning: hybrid index looks rows up by c_name, which no index starts with" in capsys.readouterr().out
+    job["master"]["key"], job["master"]["columns"], job["schema"]["k"] = "c_custkey", ["c_name"], "int64"
+    del job["join"]["hybrid"]
     job["master"]["columns"] = ["c_name", "c_segment"]
     path.write_text(yaml.safe_dump(job))
     assert main(["validate", str(path)]) == 2

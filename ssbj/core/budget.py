@@ -172,7 +172,8 @@ def adapt(op: SemiStreamJoin) -> None:
             op.stats.limit_bytes(int(STATS_SHARE * budget))
         # a miss takes its ring slot and, at its lookup, the lookup's temporaries (measured per tuple)
         per = per_tuple_bytes(op) + op._transient_per_tuple
-        avail = budget - fixed_bytes(op)
+        # (the reserve already holds the temporaries of the ring as it is: counted once, in per)
+        avail = budget - fixed_bytes(op) + op._transient_per_tuple * op.hs.cap
         w = max(1, int(min(INDEX_CHUNK_SHARE * budget, avail) / max(per, 1.0)))
         op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
         op._plan = Plan(w, w, budget - fixed_bytes(op), per)

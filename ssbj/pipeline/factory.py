@@ -94,6 +94,10 @@ class MasterSource:
         scan = self.scan(None, 1 << 30)
         return scan_rows(scan), scan.schema
 
+    def key_indexed(self) -> bool:
+        """Whether an index of the table starts with the join key (reflection only)."""
+        return master_scan(self.cfg, self.engine, None, 1 << 30).key_indexed(self.cfg.key)
+
 
 def build_processor(cfg: JobConfig, store: DirectoryStore, observer: StepObserver | None = None) -> EnrichmentProcessor:
     """Return the processor with its master scan and sinks (connections are opened here)."""
@@ -139,6 +143,7 @@ def validate_job(cfg: JobConfig) -> list[str]:
         f"master: table {cfg.master.table} at {cfg.master.display()}: {n:,} rows; key {cfg.master.key} "
         f"({schema.field(cfg.master.key).type}); columns {', '.join(schema.names)}"
     )
+    out.append(_index_advice(cfg, master.key_indexed()))
     src = cfg.source
     if src.kind == "files":
         if not Path(src.path).is_dir():
@@ -151,6 +156,24 @@ def validate_job(cfg: JobConfig) -> list[str]:
         out.append(shardplan.describe(cfg))
     out.append(check_checkpoint(cfg))
     return out
+
+
+def _index_advice(cfg: JobConfig, indexed: bool) -> str:
+    """One line on the join key's index and ``join.hybrid`` (docs/hybrid.md, "Index mode")."""
+    key, hybrid = cfg.master.key, cfg.join.hybrid
+    if hybrid == "index":
+        if indexed:
+            return f"join: hybrid index: lookups by {key} go through its index"
+        return (
+            f"join: warning: hybrid index looks rows up by {key}, which no index starts with: every lookup "
+            "reads the whole table (add an index, or scan: hybrid off)"
+        )
+    if indexed and cfg.join.algorithm == "ssbj":
+        return (
+            f"join: {key} has an index: hybrid index (SSBJ's cache in front of batched lookups, no scan) "
+            f"may serve this job faster than the scan (hybrid {hybrid}); docs/hybrid.md"
+        )
+    return f"join: scan of {cfg.master.table} (hybrid {hybrid}; {key} {'has an' if indexed else 'has no'} index)"
 
 
 def check_sinks(cfg: AnyJobConfig) -> list[str]:
