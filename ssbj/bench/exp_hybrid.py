@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import sqlalchemy as sa
 
 from ssbj.adapters.master_sql import SqlMasterScan
-from ssbj.bench.harness import Bench, Json, _ratio
+from ssbj.bench.harness import Bench, Json, _ratio, emit, stderr_log
 from ssbj.core import CostModel, JoinSpec, SemiStreamJoin
 from ssbj.core.costmodel import CostConstants, calibrate_lookup
 from ssbj.core.spec import Algorithm, Hybrid
@@ -371,10 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
+    log = stderr_log()
     res: Json = {}
     with tempfile.TemporaryDirectory(prefix="ssbj-hybrid-") as tmp:
         res["sqlite"] = run_database(f"sqlite:///{Path(tmp) / 'm.sqlite'}", SIZES[args.scale], args.seed, log)
@@ -385,12 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 server.stop()
     res["seconds"] = time.perf_counter() - t0
-    text = markdown(res)
-    print(text)
-    if args.md:
-        args.md.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1))
+    emit(markdown(res), res, args.md, args.json)
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from ssbj.adapters.master_sql import SqlMasterScan
-from ssbj.bench.harness import Json
+from ssbj.bench.harness import Json, emit, stderr_log
 from ssbj.testing.mariadb import launch
 
 BATCHES = (250, 500, 1_000, 2_000, 4_000, 8_000)
@@ -155,19 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    res = run(args.rows, args.keys, args.call, args.seed, log)
+    res = run(args.rows, args.keys, args.call, args.seed, stderr_log())
     command = "python -m ssbj.bench.exp_lookup_batch " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = markdown(res, command.strip())
-    print(text)
-    if args.md:
-        args.md.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1))
+    emit(markdown(res, command.strip()), res, args.md, args.json)
     return 0
 
 

@@ -469,3 +469,24 @@ def exp_calibration(bench: Bench) -> Json:
         "configs": [list(c) for c in p.calib_configs],
         "r_rows": p.r_small,
     }
+
+
+def stderr_log() -> Callable[[str], None]:
+    """Return a logger that prints to stderr with seconds since its creation (a standalone experiment's)."""
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def emit(text: str, res: Json, md: Path | None, json_path: Path | None) -> None:
+    """Print a standalone experiment's markdown; write it and its results where asked."""
+    import json
+
+    print(text)
+    if md:
+        md.write_text(text)
+    if json_path:
+        json_path.write_text(json.dumps(res, indent=1))
