@@ -80,7 +80,11 @@ def values_per_tuple(op: SemiStreamJoin) -> float:
     hs = op.hs
     if hs.live < MIN_MEASURED:
         return 1.0
-    return min(1.0, VALUES_MARGIN * hs.values / hs.live + VALUES_SLACK)
+    measured = hs.values / hs.live
+    # a step's chunk enters before the oldest leaves, and may be all new values: with few,
+    # large chunks (small k) that, not the margin, is what the index must take
+    k = max(op._k, 1)
+    return min(1.0, max(VALUES_MARGIN * measured + VALUES_SLACK, (measured * (k - 1) + 1) / k))
 
 
 def per_tuple_bytes(op: SemiStreamJoin) -> float:

@@ -108,7 +108,7 @@ def test_complete_cache_phase_arrays_counted_and_bounded(monkeypatch: Any) -> No
     from ssbj.core import complete as CC
     from ssbj.core.rowsize import held_nbytes
 
-    stream, master = _hot_stream(120_000)
+    stream, master = _hot_stream(200_000)  # long enough for the take-all and complete R-cycles
     master = master.slice(0, 23)  # the hot values' rows only: R fits the budget
     real = CC.complete_probe
     held: list[int] = []
