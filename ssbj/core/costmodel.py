@@ -169,10 +169,15 @@ DISK_ROW_OVERHEAD = 9  # per row of the disk buffer: encoded key and validity
 QUEUE_RECORD = 32  # per chunk record of Q
 PIECE_SHARE = 0.04  # of the budget: one piece of a partition read in pieces (piece_rows)
 MIN_PIECE_ROWS = 1024
-# with pieces b costs no memory, only time: at least this k (a noisy calibration chose
-# k = 5, when the ring still held k + 1 chunks, and MESHJOIN held 0.58 of M / v_S against
-# 0.74 at k = 36; the spare chunk is now kept only ahead of a new structure, ssbj.core.budget)
-MIN_PIECED_K = 32
+# Bytes that grow with a step's size, not with the tuples held: what makes few, large steps
+# (small k) cost memory. A chunk enters H_S before the oldest leaves and may be all new
+# values, so H_S's value index keeps room for one chunk of them (per w_S tuple: one index
+# word at the index's load, ssbj.core.budget.values_per_tuple); and the step's temporaries
+# (pairs, takes, encoded keys) per tuple read (measured: 9-13 B per tuple of a MESHJOIN step,
+# 3-5 B of an SSBJ step whose cache serves most, issue data at 10% of R, k = 5 and 36;
+# bench/results/bound/README.md)
+NEW_CHUNK_INDEX_BYTES = 4 / 0.75
+STEP_TUPLE_BYTES = 10.0
 RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
 
 
@@ -226,21 +231,19 @@ def plan_memory(
     best: MemoryPlan | None = None
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
     pieces = chunked and prefetch == 0
-    k_floor = min(MIN_PIECED_K, max(math.ceil(r_t / b) for b in candidates)) if pieces else 1
     for b in candidates:
         k = math.ceil(r_t / b)
-        if k < k_floor:
-            continue
         sizes = [min(b, piece_rows(budget, v_r))] if pieces else [b]
         for rows in sizes:
             buffers = (1 + prefetch) * rows * (v_r + DISK_ROW_OVERHEAD)
             left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
             if left <= 0:
                 continue
-            w_s = int(left / (k * (v_p + f * v_s)))
+            served = 1.0 / max(1e-6, 1.0 - cache_share)  # tuples a step reads per tuple entering H_S
+            w_s = int(left / (k * (v_p + f * v_s) + NEW_CHUNK_INDEX_BYTES + served * STEP_TUPLE_BYTES))
             if w_s < 1:
                 continue
-            w = w_s / max(1e-6, 1.0 - cache_share)
+            w = w_s * served
             w_n = int(w - w_s)
             step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
             c = model.c_loop(step) + 1e-9 * model.k.c_piece * (math.ceil(b / rows) - 1)

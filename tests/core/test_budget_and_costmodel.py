@@ -22,7 +22,14 @@ from ssbj.core import (
     plan_memory,
 )
 from ssbj.core.checkpoint import DirectoryStore
-from ssbj.core.costmodel import DISK_ROW_OVERHEAD, HS_TUPLE_OVERHEAD, QUEUE_RECORD, RESERVE_SHARE
+from ssbj.core.costmodel import (
+    DISK_ROW_OVERHEAD,
+    HS_TUPLE_OVERHEAD,
+    NEW_CHUNK_INDEX_BYTES,
+    QUEUE_RECORD,
+    RESERVE_SHARE,
+    STEP_TUPLE_BYTES,
+)
 from ssbj.core.rowsize import row_nbytes
 from ssbj.errors import CheckpointError, ConfigError, InputError
 
@@ -74,10 +81,11 @@ def test_plan_memory_respects_eq1_and_grows_with_budget() -> None:
         k = plan.partitions
         # the disk buffer, H_S's ring of k chunks (at most k are live), Q, and the reserve
         fixed = plan.partition_rows * (30.0 + DISK_ROW_OVERHEAD) + (k + 2) * QUEUE_RECORD
-        mem = fixed + k * plan.w_s * (40.0 + HS_TUPLE_OVERHEAD)
-        assert mem <= budget * (1 - RESERVE_SHARE)
+        # per w_S: k chunks' tuples, one chunk of new values in H_S's index, the step's temporaries
+        per_w_s = k * (40.0 + HS_TUPLE_OVERHEAD) + NEW_CHUNK_INDEX_BYTES + STEP_TUPLE_BYTES
+        assert fixed + plan.w_s * per_w_s <= budget * (1 - RESERVE_SHARE)
         # and w_S is the largest that fits k chunks (not k + 1)
-        assert fixed + k * (plan.w_s + 1) * (40.0 + HS_TUPLE_OVERHEAD) > budget * (1 - RESERVE_SHARE)
+        assert fixed + (plan.w_s + 1) * per_w_s > budget * (1 - RESERVE_SHARE)
         assert plan.partitions * plan.partition_rows >= 1_000_000
         rates.append(plan.predicted_service_rate)
     assert rates == sorted(rates)

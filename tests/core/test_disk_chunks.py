@@ -262,10 +262,10 @@ def test_planned_pieces_hold_the_budget(algorithm: str, budget: int, tmp_path: A
     v_s = float(row_nbytes(stream.slice(0, 1000)).mean())
     v_r = float(row_nbytes(master.select(["mid", "attr"]).slice(0, 1000)).mean())
     plan = plan_memory(budget, master.num_rows, v_s, v_r, CostModel(), chunked=True)
-    # on an R this small (k >= 32 leaves b < 1,024 rows) the planner reads partitions whole;
-    # pieces of a fifth of b then test the operator's accounting of them
+    # where the planner reads partitions whole (b below one piece), pieces of a fifth of b
+    # test the operator's accounting of them
     pieces = plan.disk_chunk_rows or max(1, plan.partition_rows // 5)
-    assert pieces < plan.partition_rows and plan.partitions >= 32
+    assert pieces < plan.partition_rows
     spec = JoinSpec(
         "sk",
         "mk",
@@ -372,3 +372,17 @@ def test_take_rows_equals_arrow_take(chunked: bool) -> None:
     idx = np.array([3, 0, 0, 2], np.int64)
     assert take_rows(t, idx).equals(t.take(pa.array(idx)))
     assert take_rows(t, idx[:0]).num_rows == 0
+
+
+def test_planner_chooses_k_by_the_cost_model() -> None:
+    """No floor on k: the per-step fixed cost is traded against the bytes that grow with a step."""
+    for budget in (720_000, 7_200_000):
+        plans = [
+            plan_memory(budget, 2_000_000, 32.0, 36.0, CostModel(CostConstants(c_fixed=c)), chunked=True)
+            for c in (20_000, 200_000, 2_000_000)
+        ]
+        ks = [p.partitions for p in plans]
+        assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1]  # a dearer step: fewer, larger steps
+        assert ks[-1] < 32
+        # larger steps hold fewer tuples per R-cycle (the step's bytes grow with w)
+        assert plans[2].w_s * plans[2].partitions < plans[1].w_s * plans[1].partitions
