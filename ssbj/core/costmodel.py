@@ -231,9 +231,15 @@ def plan_memory(
     best: MemoryPlan | None = None
     candidates = sorted({max(1, int(r_t / k)) for k in _k_candidates(r_t)})
     pieces = chunked and prefetch == 0
+    piece = piece_rows(budget, v_r)
+    # a partition smaller than a piece is read whole: it may take no more of the budget than a
+    # piece's share, which leaves the cache its room at small budgets (the plan does not model H_R)
+    whole_most = max(1, int(PIECE_SHARE * budget / (v_r + DISK_ROW_OVERHEAD)))
     for b in candidates:
         k = math.ceil(r_t / b)
-        sizes = [min(b, piece_rows(budget, v_r))] if pieces else [b]
+        if pieces and whole_most < b < piece:
+            continue
+        sizes = [min(b, piece)] if pieces else [b]
         for rows in sizes:
             buffers = (1 + prefetch) * rows * (v_r + DISK_ROW_OVERHEAD)
             left = budget * (1.0 - RESERVE_SHARE) - buffers - (k + 2) * QUEUE_RECORD
