@@ -197,7 +197,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     v_s = estimate_row_bytes(stream_schema, first)
     v_r = estimate_row_bytes(master.select(proj).schema, master.select(proj))
     model = load_model(args.calibration)
-    adv = advise(_distribution(sample.column(), master, args.master_key), budget, v_s, v_r, model, args.target_rate)
+    dist = _distribution(sample.column(), master, args.master_key)
+    adv = advise(dist, budget, v_s, v_r, model, args.target_rate, chunked=True)  # as `ssbj join` plans
     report = {
         "stream": str(stream_path),
         "master": str(master_path),
@@ -361,7 +362,7 @@ def _bound_report(
     """Theorem 1's bound for this data and budget next to what the run achieved."""
     if not sample.rows:
         return None
-    adv = advise(_distribution(sample.column(), master, master_key), budget, v_s, v_r, model)
+    adv = advise(_distribution(sample.column(), master, master_key), budget, v_s, v_r, model, chunked=True)
     n = stats.tuples_per_r_cycle()
     n_mesh = adv.bound.n_meshjoin
     achieved = n / n_mesh if n is not None and n_mesh > 0 else None

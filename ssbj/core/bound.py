@@ -167,14 +167,16 @@ class Advice:
 
 
 def _predict(
-    dist: KeyDistribution, memory: float, v_s: float, v_r: float, model: CostModel
+    dist: KeyDistribution, memory: float, v_s: float, v_r: float, model: CostModel, chunked: bool = False
 ) -> tuple[Bound, MemoryPlan, float]:
     """Return (bound, MESHJOIN's plan, SSBJ's predicted rate) at ``memory`` bytes."""
     bound = memory_optimal_bound(dist, memory, v_s, v_r)
-    mesh = plan_memory(int(memory), dist.master_rows, v_s, v_r, model)
+    mesh = plan_memory(int(memory), dist.master_rows, v_s, v_r, model, chunked=chunked)
     share, left = (1.0 if bound.all_of_r_fits else bound.cache_share), memory - bound.cache_bytes
     try:
-        ssbj = plan_memory(int(max(left, 1)), dist.master_rows, v_s, v_r, model, cache_share=min(share, 0.999))
+        ssbj = plan_memory(
+            int(max(left, 1)), dist.master_rows, v_s, v_r, model, cache_share=min(share, 0.999), chunked=chunked
+        )
         rate = ssbj.predicted_service_rate
     except ConfigError:  # H_R leaves no room for a disk buffer: MESHJOIN's own plan is the floor
         rate = mesh.predicted_service_rate
@@ -188,27 +190,29 @@ def advise(
     v_r: float,
     model: CostModel,
     target_rate: float | None = None,
+    chunked: bool = False,
 ) -> Advice:
     """Return the bound at ``memory``, the predicted rates, and the budget a ``target_rate`` needs.
 
     The SSBJ prediction plans H_S with what the bound's cache leaves and the bound's cache
     share (Eq. 1-3 with the structures' real sizes); it is an upper estimate, as the bound
     is. The recommended budget is found by bisection on that prediction (it grows with
-    the budget), between one disk-buffer row and twice R's bytes.
+    the budget), between one disk-buffer row and twice R's bytes. ``chunked``: plan as for
+    a master handed out in pieces (``plan_memory``), as ``ssbj join`` reads its in-memory one.
     """
-    bound, mesh, rate = _predict(dist, memory, v_s, v_r, model)
+    bound, mesh, rate = _predict(dist, memory, v_s, v_r, model, chunked)
     rec: float | None = None
     if target_rate is not None and target_rate > 0:
         lo, hi = 1024.0, max(2.0 * dist.master_rows * v_r, 1 << 20)
         try:
-            ok_hi = _predict(dist, hi, v_s, v_r, model)[2] >= target_rate
+            ok_hi = _predict(dist, hi, v_s, v_r, model, chunked)[2] >= target_rate
         except ConfigError:
             ok_hi = False
         if ok_hi:
             for _ in range(40):
                 mid = math.sqrt(lo * hi)
                 try:
-                    ok = _predict(dist, mid, v_s, v_r, model)[2] >= target_rate
+                    ok = _predict(dist, mid, v_s, v_r, model, chunked)[2] >= target_rate
                 except ConfigError:
                     ok = False
                 lo, hi = (lo, mid) if ok else (mid, hi)

@@ -55,3 +55,16 @@ def test_join_stats_report_bound_and_efficiency(tmp_path: Path, capsys: pytest.C
     assert b["sampled_stream_rows"] == 60_000
     assert b["achieved_tuples_per_r_cycle"] > 0
     assert b["efficiency"] == pytest.approx(b["achieved_ratio"] / b["bound"]["ratio"])
+
+
+def test_plan_partitions_are_those_join_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ssbj plan`` plans as ``ssbj join`` does (its in-memory master is read in pieces)."""
+    s, m, _, _ = _files(tmp_path)
+    files = ["--stream", str(s), "--master", str(m), "--stream-key", "sk", "--master-key", "mk", "--memory", "40kB"]
+    assert main(["plan", *files, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    out = tmp_path / "o.parquet"
+    assert main(["join", *files, "--out", str(out), "--stats", "--batch-rows", "2000"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert plan["partitions"] == run["memory_plan"]["k"]
+    assert plan["partition_rows"] == run["memory_plan"]["b"]
