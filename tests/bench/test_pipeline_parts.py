@@ -17,9 +17,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import bound_n
 
 from ssbj.bench.pipeline import cli, registry
-from ssbj.bench.pipeline.data import generate
+from ssbj.bench.pipeline.data import generate, theorem1
 from ssbj.bench.pipeline.lookup import LruTtlCache
 from ssbj.bench.pipeline.report import SUMMARY_CHARS, error_summary, write_readme
 from ssbj.bench.pipeline.scaling import Model, Run, report
@@ -70,6 +71,21 @@ def test_expected_results_equal_a_duckdb_join(case: str, seed: int) -> None:
         assert rows > len(d.keys) - unmatched
         counts = np.bincount(d.zip_of[1:])[1:]
         assert counts.min() >= 1 and counts.max() <= counts.min() + 1
+
+
+@pytest.mark.parametrize("case", ["a", "b"])
+def test_theorem1_bound_of_the_generated_data(case: str) -> None:
+    """The bound the report prints, against a plain bisection over the same keys."""
+    scale = Scale(3_000, 4_000, 1_000, "64KiB", 20, "256M", key_space_factor=1.1)
+    d = generate(scale, CASES[case], 3)
+    memory = int(0.05 * d.master_rows * d.master_row_bytes)
+    got = theorem1(d, memory)
+    vals, counts = np.unique(d.keys, return_counts=True)
+    per_key = np.bincount(d.zip_of[1:] if case == "b" else np.arange(1, d.master_rows + 1))
+    m = np.array([per_key[v] if v < len(per_key) else 0 for v in vals])
+    n = bound_n(counts / counts.sum(), m, memory, 24.0, d.master_row_bytes)
+    assert got["ssbj/meshjoin"] == pytest.approx(n * 24.0 / memory, rel=1e-6)
+    assert got["ssbj/meshjoin"] > 1 and 0 < got["cache_share"] < 1
 
 
 def test_item5_preset_is_issue_11s_scale() -> None:

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ssbj.bench.pipeline.data import theorem1
 from ssbj.bench.pipeline.harness import Harness, MethodResult, Unsupported
 from ssbj.bench.pipeline.registry import METHODS, method
 from ssbj.bench.pipeline.report import error_summary, json_default, machine_info, ratios, write_readme
@@ -231,6 +232,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, Json]]:
                 "topic": {"name": h.topic, "partitions": TOPIC_PARTITIONS},
                 "master_row_bytes": h.data.master_row_bytes,
                 "expected": h.data.expected,
+                "theorem1_bound": theorem1(h.data, h.memory_bytes()),
                 "hot_keys": h.data.hot_keys,
                 "setup": h.setup,
                 "mariadb_settings": h.db.settings,

@@ -129,6 +129,17 @@ def _headline(doc: Json) -> list[str]:
                 f"read {_num(db.get('startup_rows_read'))} rows ({_num(db.get('startup_com_select'))} SELECTs: "
                 "row counts and the partition layout)."
             )
+    bound = doc.get("theorem1_bound")
+    if bound and bound.get("ssbj/meshjoin"):
+        line = (
+            f"- Theorem 1's bound for this data and budget: SSBJ / MESHJOIN tuples per R-cycle at most "
+            f"{bound['ssbj/meshjoin']:.2f}x (the cache serving {bound['cache_share']:.0%} of the tuples); with R read "
+            "from the database both R-cycles cost about the same, so it bounds the throughput ratio too"
+        )
+        if "ssbj" in res and "meshjoin" in res and res["meshjoin"]["tuples_per_second"]:
+            got = res["ssbj"]["tuples_per_second"] / res["meshjoin"]["tuples_per_second"]
+            line += f"; measured {got:.2f}x ({got / bound['ssbj/meshjoin']:.2f} of the bound)"
+        out.append(line + ".")
     s = res.get("ssbj", {}).get("staleness", {})
     ps = s.get("per_step")
     if ps:
