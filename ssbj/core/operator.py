@@ -40,6 +40,7 @@ from ssbj.contracts import MasterKeyUnique, OperatorTotals
 from ssbj.core import budget as B
 from ssbj.core import cachephase as CP
 from ssbj.core import complete as CC
+from ssbj.core import completephase as CPC
 from ssbj.core import diskphase as DP
 from ssbj.core import expiry as EX
 from ssbj.core import indexmode as IX
@@ -302,7 +303,7 @@ class SemiStreamJoin:
             self._cycle_open = True
         fsm = self.fsm_code
         t1 = time.perf_counter()
-        w_n, w_s, w_null = (CC.complete_phase if self._complete else CP.cache_phase)(self, pairs, unmatched)
+        w_n, w_s, w_null = (CPC.complete_phase if self._complete else CP.cache_phase)(self, pairs, unmatched)
         t2 = time.perf_counter()
         p = self._p
         if IX.on(self):  # no scan: the misses looked up, cached, the slice of p refreshed (ssbj.core.indexmode)

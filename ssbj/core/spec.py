@@ -87,7 +87,7 @@ class JoinSpec:
     admission; ``paper``: Algorithm 1's global incrementing, switching and phase-out R-cycles
     (three to six R-cycles).
 
-    ``threads``: the complete cache's probe and its Arrow takes (:func:`ssbj.core.complete.complete_phase`)
+    ``threads``: the complete cache's probe and its Arrow takes (:func:`ssbj.core.completephase.complete_phase`)
     run in slices on this many threads (:mod:`ssbj.core.lanes`); everything else is one
     thread. 1 where cores are already shared out (a Spark task slot per shard).
 

@@ -105,7 +105,7 @@ def test_a_checkpoint_without_the_cache_phase_reserve_restores(tmp_path: Any) ->
 
 def test_complete_cache_phase_arrays_counted_and_bounded(monkeypatch: Any) -> None:
     """With all of R cached (the complete cache), each call's arrays are counted whole and its tuples bounded."""
-    from ssbj.core import complete as CC
+    from ssbj.core import completephase as CC
     from ssbj.core.rowsize import held_nbytes
 
     stream, master = _hot_stream(200_000)  # long enough for the take-all and complete R-cycles
