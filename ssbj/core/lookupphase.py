@@ -134,7 +134,10 @@ def choose_lookup(op: SemiStreamJoin) -> bool:
     batch = op.master.lookup_batch  # type: ignore[attr-defined]  # supports_lookup checked it
     # per chunk of arrivals: one lookup of all waiting chunks against one partition per chunk
     chunks = max(len(op.hs.queue), 1)
-    return op.cost_model.lookup_cost(keys, rows, batch) < chunks * op.cost_model.scan_cost(b)
+    model, measured = op.cost_model, op.path_costs
+    if measured is None:
+        return model.lookup_cost(keys, rows, batch) < chunks * model.scan_cost(b)
+    return measured.lookup_cost(model, keys, rows, batch) < chunks * measured.scan_cost(model, b)
 
 
 def lookup_phase(

@@ -59,6 +59,8 @@ from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
 from ssbj.core.metrics import MemoryReport
+from ssbj.core.pathcost import PathCosts
+from ssbj.core.prefetch import read_seconds
 from ssbj.core.resident import ReadMemo
 from ssbj.core.rfilter import RFilter
 from ssbj.core.rowsize import row_nbytes
@@ -91,6 +93,8 @@ class SemiStreamJoin:
         self.spec = spec
         self.master = master
         self.cost_model = cost_model or CostModel()
+        # given no constants, the hybrid's choice of path is priced by what it measures (ssbj.core.pathcost)
+        self.path_costs: PathCosts | None = PathCosts() if cost_model is None else None
         stream_schema = plain_schema(stream_schema)
         master_schema = plain_schema(master_schema)
         if spec.stream_key not in stream_schema.names:
@@ -316,6 +320,11 @@ class SemiStreamJoin:
             t3 = time.perf_counter()
             b_rows, waited, path = self._scan_or_idle(p, fsm, done is not None, pairs, unmatched)
             t3 += waited
+            if self.path_costs is not None:
+                if done is not None:
+                    self.path_costs.note_lookup(done.keys, done.seconds)
+                if b_rows:
+                    self.path_costs.note_read(b_rows, read_seconds(self.master, waited))
         if self.hs.live >= B.MIN_MEASURED:
             # the cache phase's temporaries scale with the tuples a step reads, not with H_S
             per = (self._transient - self._cache_transient) / self.hs.live

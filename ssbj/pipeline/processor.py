@@ -67,7 +67,8 @@ class EnrichmentProcessor(JoinProcessor[Decoded]):
         self.stream_schema = stream_schema
         self._master_factory = master_factory
         self._master_info = master_info
-        self.cost_model = cost_model or CostModel()
+        # None: the operator measures its hybrid paths (ssbj.core.pathcost); the planner uses the defaults
+        self.cost_model = cost_model
         self.observer = observer
         self.op: SemiStreamJoin | None = None
         self.master: CheckpointedMasterScan | None = None
@@ -90,7 +91,7 @@ class EnrichmentProcessor(JoinProcessor[Decoded]):
         v_s = estimate_row_bytes(self.stream_schema)
         if s.needs_master_size:  # plan b and w from the budget: needs |R| (one COUNT)
             num_rows, schema = self._master_info()
-            plan = plan_join(s, v_s, num_rows, estimate_row_bytes(schema), self.cost_model)
+            plan = plan_join(s, v_s, num_rows, estimate_row_bytes(schema), self.cost_model or CostModel())
         else:
             plan = plan_join(s, v_s)
         master = self._scan(None, plan.partition_rows)
