@@ -12,7 +12,8 @@ What is counted goes through one wrapper around the scan: master rows read (part
 reads and lookups), round trips (one per partition read, one per ``IN`` batch), seconds
 in the database calls. The lookup constants of the cost model (c_rt, c_key, c_row,
 c_io_row) are fitted first by :func:`ssbj.core.costmodel.calibrate_lookup` on measured
-partition reads and lookups of the same table.
+partition reads and lookups of the same table; a fourth run, ``auto_measured``, is ``auto``
+given no constants, pricing its paths by its own measurements (:mod:`ssbj.core.pathcost`).
 
 ``python -m ssbj.bench.exp_hybrid --scale small [--mariadb] [--md FILE]`` prints the
 table; ``ssbj bench --only hybrid`` runs the SQLite part as one of the experiments.
@@ -44,6 +45,13 @@ from ssbj.core.spec import Algorithm, Hybrid
 from ssbj.testing.mariadb import launch
 
 MODES: tuple[Hybrid, ...] = ("off", "auto", "always")
+# the runs of each point: the modes, and auto priced by its own measurements (no constants given)
+RUNS = ("off", "auto", "auto_measured", "always")
+
+
+def _hybrid(run: str) -> Hybrid:
+    """Return the ``hybrid`` setting of a run's label."""
+    return "auto" if run == "auto_measured" else MODES[MODES.index(run)]  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -188,13 +196,17 @@ def _stream(rows: int, n_keys: int, seed: int) -> pa.Table:
     return pa.table({"sid": np.arange(rows, dtype=np.int64), "sk": pa.array(keys, pa.int64(), mask=~valid)})
 
 
-def run_one(master: CountingMaster, model: CostModel, algorithm: Algorithm, mode: Hybrid, w: int, seed: int) -> Json:
-    """``k`` warm-up steps, ``4k`` measured steps of ``w`` arrivals each, then a drain."""
+def run_one(master: CountingMaster, model: CostModel, algorithm: Algorithm, mode: str, w: int, seed: int) -> Json:
+    """``k`` warm-up steps, ``4k`` measured steps of ``w`` arrivals each, then a drain.
+
+    ``mode``: a ``hybrid`` setting, or ``auto_measured`` (auto given no constants: it prices
+    its paths by what it measures, :mod:`ssbj.core.pathcost`).
+    """
     k = master.num_partitions()
     warm, measured = k, 4 * k
     stream = _stream(w * (warm + measured), master.num_rows // 2, seed)
-    spec = JoinSpec("sk", "k", ("attr", "v"), algorithm=algorithm, chunk_bytes=1 << 30, hybrid=mode)
-    op = SemiStreamJoin(spec, master, stream.schema, master.scan.schema, model)
+    spec = JoinSpec("sk", "k", ("attr", "v"), algorithm=algorithm, chunk_bytes=1 << 30, hybrid=_hybrid(mode))
+    op = SemiStreamJoin(spec, master, stream.schema, master.scan.schema, None if mode == "auto_measured" else model)
     check = [0, 0, 0, 0]  # output rows, unmatched rows, sum of sid x v over pairs, sum of unmatched sid
 
     def collect(r: Any) -> None:
@@ -250,9 +262,9 @@ def measure(
     algorithms: tuple[Algorithm, ...] = ("meshjoin", "ssbj")
     for algorithm in algorithms:
         for w in rates:
-            all_runs: dict[str, list[Json]] = {m: [] for m in MODES}
+            all_runs: dict[str, list[Json]] = {m: [] for m in RUNS}
             for _ in range(reps):
-                for m in MODES:
+                for m in RUNS:
                     all_runs[m].append(run_one(master, model, algorithm, m, w, seed + w))
             runs: dict[str, Json] = {}
             for mode, rs in all_runs.items():
@@ -264,27 +276,31 @@ def measure(
                 runs[mode]["rep_tuples_per_cpu_s"] = [r["tuples_per_cpu_s"] for r in rs]
             off = runs["off"]
             pt: Json = {"algorithm": algorithm, "tuples_per_step": w, "runs": runs}
-            for name in ("auto", "always"):
+            for name in ("auto", "auto_measured", "always"):
                 r = runs[name]
                 pt[f"{name}_rate_ratio"] = _ratio(r["tuples_per_s"], off["tuples_per_s"])
                 pt[f"{name}_cpu_ratio"] = _ratio(r["tuples_per_cpu_s"], off["tuples_per_cpu_s"])
                 pt[f"{name}_rows_ratio"] = _ratio(r["db_rows_per_tuple"], off["db_rows_per_tuple"])
                 pt[f"{name}_trips_ratio"] = _ratio(r["round_trips_per_tuple"], off["round_trips_per_tuple"])
             best = max(off["tuples_per_s"], runs["always"]["tuples_per_s"])
-            pt["auto_vs_best"] = _ratio(runs["auto"]["tuples_per_s"], best)
             best_cpu = max(off["tuples_per_cpu_s"], runs["always"]["tuples_per_cpu_s"])
-            pt["auto_vs_best_cpu"] = _ratio(runs["auto"]["tuples_per_cpu_s"], best_cpu)
-            steps = sum(runs["auto"]["paths"].values())
-            pt["auto_lookup_share"] = sum(v for p, v in runs["auto"]["paths"].items() if p.startswith("lookup")) / steps
             # the decision's test: auto took mostly the path whose own run measured faster
             lookup_faster = runs["always"]["tuples_per_s"] > off["tuples_per_s"]
-            pt["auto_chose_faster"] = (pt["auto_lookup_share"] > 0.5) == lookup_faster
-            pt["exact_across_modes"] = runs["off"]["check"] == runs["auto"]["check"] == runs["always"]["check"]
+            for name, tag in (("auto", "auto"), ("auto_measured", "measured")):
+                r = runs[name]
+                pt[f"{tag}_vs_best"] = _ratio(r["tuples_per_s"], best)
+                pt[f"{tag}_vs_best_cpu"] = _ratio(r["tuples_per_cpu_s"], best_cpu)
+                steps = sum(r["paths"].values())
+                pt[f"{tag}_lookup_share"] = sum(v for p, v in r["paths"].items() if p.startswith("lookup")) / steps
+                pt[f"{tag}_chose_faster"] = (pt[f"{tag}_lookup_share"] > 0.5) == lookup_faster
+            pt["exact_across_modes"] = all(runs[m]["check"] == off["check"] for m in RUNS)
             points.append(pt)
             log(
                 f"    {algorithm:8s} w={w:6d}: off {off['tuples_per_s']:,.0f}/s, auto x{pt['auto_rate_ratio']:.2f} "
-                f"({pt['auto_lookup_share']:.0%} lookup steps), always x{pt['always_rate_ratio']:.2f}, "
-                f"auto/best {pt['auto_vs_best']:.2f}, same output {pt['exact_across_modes']}"
+                f"({pt['auto_lookup_share']:.0%} lookup steps), measured x{pt['auto_measured_rate_ratio']:.2f} "
+                f"({pt['measured_lookup_share']:.0%}), always x{pt['always_rate_ratio']:.2f}, "
+                f"auto/best {pt['auto_vs_best']:.2f}, measured/best {pt['measured_vs_best']:.2f}, "
+                f"same output {pt['exact_across_modes']}"
             )
     return points
 
@@ -344,9 +360,10 @@ def markdown(res: Json) -> str:
         out.append(
             "| algorithm | tuples/step | off tuples/s | off rows/tuple | off trips/tuple | auto: lookup steps "
             "| always/off rows | always/off trips | auto/off rate | always/off rate | auto/off CPU rate "
-            "| always/off CPU rate | auto / best | auto / best (CPU) | auto took the faster path | same output |"
+            "| always/off CPU rate | auto / best | auto / best (CPU) | auto took the faster path "
+            "| measured auto: lookup steps | measured auto / best | measured auto took the faster path | same output |"
         )
-        out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|")
+        out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|---|---|")
         for p in db["points"]:
             off = p["runs"]["off"]
             out.append(
@@ -355,7 +372,9 @@ def markdown(res: Json) -> str:
                 f"| {p['auto_lookup_share']:.0%} | {p['always_rows_ratio']:.4f} | {p['always_trips_ratio']:.3f} "
                 f"| {p['auto_rate_ratio']:.2f} | {p['always_rate_ratio']:.2f} | {p['auto_cpu_ratio']:.2f} "
                 f"| {p['always_cpu_ratio']:.2f} | {p['auto_vs_best']:.2f} | {p['auto_vs_best_cpu']:.2f} "
-                f"| {'yes' if p['auto_chose_faster'] else 'no'} | {p['exact_across_modes']} |"
+                f"| {'yes' if p['auto_chose_faster'] else 'no'} | {p['measured_lookup_share']:.0%} "
+                f"| {p['measured_vs_best']:.2f} | {'yes' if p['measured_chose_faster'] else 'no'} "
+                f"| {p['exact_across_modes']} |"
             )
         out.append("")
     return "\n".join(out)

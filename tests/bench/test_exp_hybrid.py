@@ -16,7 +16,7 @@ def test_hybrid_experiment_counts_and_output(tmp_path: Path) -> None:
     assert res["partitions"] == 4 and res["partition_rows"] == 500
     slow, fast = res["points"][0], res["points"][1]
     for pt in res["points"]:
-        assert pt["exact_across_modes"]  # off, auto and always produce the same rows
+        assert pt["exact_across_modes"]  # off, auto (fitted or measured) and always produce the same rows
         off = pt["runs"]["off"]
         # scan only: one partition of b rows and one round trip per step, whatever arrives
         assert off["db_rows_per_tuple"] == pytest.approx(500 / pt["tuples_per_step"], rel=0.02)
@@ -24,6 +24,8 @@ def test_hybrid_experiment_counts_and_output(tmp_path: Path) -> None:
         assert pt["runs"]["always"]["paths"].get("scan", 0) == 0
     # one tuple per step: the lookup reads about two rows (two per key) instead of b
     assert slow["auto_lookup_share"] > 0.9
+    # given no constants, auto measures the paths: one tuple a step against a partition of 500 rows
+    assert slow["measured_lookup_share"] > 0.9
     assert slow["runs"]["always"]["db_rows_per_tuple"] < 3
     assert "| meshjoin | 1 |" in markdown({"sqlite": res})
     # about 670 distinct keys among 1,000 arrivals per step, in IN lists of at most lookup_batch
