@@ -6,9 +6,10 @@ been read, so the disk buffer is measured) H_S gets what the other structures le
     avail = budget - disk buffer - prefetch reserve - H_R - s_B reserve - value statistics
             - R-filter - Q - temporaries
 
-and the ring of H_S is re-laid out to hold ``k`` chunks of ``w`` tuples (a chunk enters in
-the step's cache phase and the oldest leaves at the end of the step's disk phase after
-meeting all k partitions, so at most k chunks are live), each tuple costing its row bytes,
+and the ring of H_S is re-laid out to hold every slot that leaves, in ``k`` chunks of ``w`` or
+``w + 1`` tuples (a chunk enters in the step's cache phase, up to the ring's room, and the
+oldest leaves at the end of the step's disk phase after meeting all k partitions, so at most
+k chunks are live), each tuple costing its row bytes,
 its encoded key and link, and a worst-case share of the value index (every tuple a
 value of its own), so the budget holds whatever the key distribution. The s_B reserve is
 planned at the R-cycle start from the values that decide in it (:mod:`ssbj.core.switchroom`):
@@ -202,12 +203,17 @@ def adapt(op: SemiStreamJoin) -> None:
         _set_ring(op, k, 1, per)
         allow_switching(op)
         return
-    w = max(1, int((avail - cushion_bytes(op, avail)) / (k * per)))
+    # every slot H_S may hold, in chunks of w or w + 1 tuples (the cache phase stops at the ring's
+    # room): with a few tuples a chunk, k floor(slots / k) slots alone lost up to a third of them
+    slots = max(k, int((avail - cushion_bytes(op, avail)) / per))
+    w = max(1, slots // k)
     if op.spec.min_chunk_bytes > 1 and op._vs_avg > 0:
         w = max(w, int(op.spec.min_chunk_bytes / op._vs_avg))
-    op._chunk_bytes = max(op.spec.min_chunk_bytes, int(w * max(op._vs_avg, 1.0)))
-    op._plan = Plan(w, k * w, avail, per)
-    _set_ring(op, k * w, w, per)
+    slots = max(slots, k * w)
+    most = -(-slots // k)
+    op._chunk_bytes = max(op.spec.min_chunk_bytes, int(most * max(op._vs_avg, 1.0)))
+    op._plan = Plan(w, slots, avail, per)
+    _set_ring(op, slots, most, per)
     allow_switching(op)
 
 
