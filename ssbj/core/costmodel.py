@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ssbj.core.hsindex import INDEX_LOAD, INDEX_SLOT
 from ssbj.errors import ConfigError, InputError
 
 
@@ -173,10 +174,10 @@ MIN_PIECE_ROWS = 1024
 # (small k) cost memory. A chunk enters H_S before the oldest leaves and may be all new
 # values, so H_S's value index keeps room for one chunk of them (per w_S tuple: one index
 # word at the index's load, ssbj.core.budget.values_per_tuple); and the step's temporaries
-# (pairs, takes, encoded keys) per tuple read (measured: 9-13 B per tuple of a MESHJOIN step,
-# 3-5 B of an SSBJ step whose cache serves most, issue data at 10% of R, k = 5 and 36;
-# bench/results/bound/README.md)
-NEW_CHUNK_INDEX_BYTES = 4 / 0.75
+# (pairs, takes, encoded keys) per tuple read (measured: 9 B per tuple of a MESHJOIN step,
+# 3.4 B of an SSBJ step whose cache serves most, issue data at 10% of R, k = 5;
+# docs/bound.md, "2026-11-29")
+NEW_CHUNK_INDEX_BYTES = INDEX_SLOT / INDEX_LOAD
 STEP_TUPLE_BYTES = 10.0
 RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
 
