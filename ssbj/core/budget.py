@@ -114,7 +114,8 @@ def probe_reserve(op: SemiStreamJoin) -> int:
     """Return the bytes kept for the step's temporaries (probe results).
 
     The disk phase's grow with the tuples in H_S: the most seen per waiting tuple, for a
-    full ring. The cache phase's are per step, bounded by :func:`cache_call_tuples`: with
+    full ring, up to what its calls of bounded pairs can hold (:func:`probe_call_pairs`).
+    The cache phase's are per step, bounded by :func:`cache_call_tuples`: with
     a cache that bound (the first R-cycle with hits reads whole batches of them), the
     most seen in a step if more. Or the peak seen, if more. Or, if more, the most an H_R
     rebuild's temporaries held (:meth:`ssbj.core.cache.Cache.rebuild`: a switch-in, an
@@ -125,7 +126,11 @@ def probe_reserve(op: SemiStreamJoin) -> int:
     cache = op._cache_transient_peak
     if op._use_cache:
         cache = max(cache, cache_call_tuples(op) * CACHE_CALL_BYTES)
-    probes = max(op._transient_peak, int(op._transient_per_tuple * op.hs.cap) + cache)
+    # the pairs of a kernel call are bounded (probe_call_pairs): past that bound a larger
+    # ring adds calls, not bytes (a step of few tuples with many pairs each would otherwise
+    # scale its ratio to the whole ring)
+    disk = min(int(op._transient_per_tuple * op.hs.cap), PROBE_CALL_SLACK * PAIR_BYTES * probe_call_pairs(op))
+    probes = max(op._transient_peak, disk + cache)
     return max(probes, op._rebuild_peak)
 
 
@@ -150,6 +155,26 @@ def cache_call_tuples(op: SemiStreamJoin) -> int:
     if budget is None:
         return 1 << 62
     return max(MIN_CACHE_CALL, int(CACHE_CALL_SHARE * budget / CACHE_CALL_BYTES))
+
+
+PROBE_CALL_SHARE = 0.01  # most of the budget one disk-phase kernel call's pair arrays may take
+PAIR_BYTES = 8  # a pair: master row and H_S slot, two int32 (ssbj.core.diskprobe)
+MIN_PROBE_CALL = 1024  # pairs a call may hold however small the budget (8 kB)
+# a call's pair arrays and the H_S slots kept beside them for one take, in units of a call's pairs
+PROBE_CALL_SLACK = 3
+
+
+def probe_call_pairs(op: SemiStreamJoin) -> int:
+    """Most output pairs one disk-phase kernel call gathers before its rows are taken (no bound without a budget).
+
+    The pairs of a step grow with the tuples H_S holds (~40k a step at 10% of R on the
+    issue's data, 4.5% of the budget); in calls of this many, one call's arrays are alive
+    at a time and the H_S side is taken every call's worth.
+    """
+    budget = op.spec.memory_budget
+    if budget is None:
+        return 1 << 62
+    return max(MIN_PROBE_CALL, int(PROBE_CALL_SHARE * budget / PAIR_BYTES))
 
 
 def prefetch_reserve(op: SemiStreamJoin) -> int:

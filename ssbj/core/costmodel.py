@@ -174,11 +174,12 @@ MIN_PIECE_ROWS = 1024
 # (small k) cost memory. A chunk enters H_S before the oldest leaves and may be all new
 # values, so H_S's value index keeps room for one chunk of them (per w_S tuple: one index
 # word at the index's load, ssbj.core.budget.values_per_tuple); and the step's temporaries
-# (pairs, takes, encoded keys) per tuple read (measured: 9 B per tuple of a MESHJOIN step,
-# 3.4 B of an SSBJ step whose cache serves most, issue data at 10% of R, k = 5;
-# docs/bound.md, "2026-11-29")
+# per tuple read. Both phases' kernel calls are bounded (ssbj.core.budget.cache_call_tuples,
+# probe_call_pairs), so these no longer grow with the step but for a few calls' worth:
+# measured 1.4-4.2 B per tuple read at k = 5 (issue data, 1% and 10% of R; 9 B for MESHJOIN
+# before the disk phase's calls were bounded; docs/bound.md, "2026-11-29, later")
 NEW_CHUNK_INDEX_BYTES = INDEX_SLOT / INDEX_LOAD
-STEP_TUPLE_BYTES = 10.0
+STEP_TUPLE_BYTES = 4.0
 RESERVE_SHARE = 0.06  # of the budget: value statistics, the disk phase's filter, per-step temporaries
 
 

@@ -1,6 +1,7 @@
 """The disk phase (Algorithm 1, lines 24-38): probe H_S with every tuple of the disk buffer.
 
-One compiled pass over the partition does, per master tuple ``r``:
+A compiled pass over the partition (:func:`ssbj.core.diskprobe.disk_probe`, in calls of a
+bounded number of output pairs) does, per master tuple ``r``:
 
 * the MESHJOIN probe: every tuple of ``r``'s value in H_S is an output pair (and is
   flagged matched); the chain walk also counts them, which is ``n`` of the inequality;
@@ -27,23 +28,8 @@ from numba import njit
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, store_append, take_all_rows
-from ssbj.core.empties import es_find
-from ssbj.core.hashing import kset_find, kset_slot, mix
-from ssbj.core.hs import (
-    DEFERRED,
-    INCREMENTING,
-    ST_DECIDED,
-    ST_LAST,
-    ST_ROWS,
-    ST_SINCE,
-    ST_SWITCH,
-    SWITCHING,
-    eligible_before,
-    since_mark,
-)
-from ssbj.core.hsindex import ix_find
-from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
-from ssbj.core.interest import interest_set, interest_test
+from ssbj.core.diskprobe import disk_probe
+from ssbj.core.hs import SWITCHING, eligible_before, since_mark
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
 from ssbj.core.resident import buffer_ids
@@ -56,177 +42,6 @@ if TYPE_CHECKING:
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
 _ALL_VALID = np.zeros(0, dtype=bool)  # a validity array of no rows: every key is valid
-
-
-@njit(cache=True)
-def _grow(a: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover
-    b = np.empty(max(2 * a.shape[0], n, 16), dtype=a.dtype)
-    b[: a.shape[0]] = a
-    return b
-
-
-@njit(cache=True, nogil=True)
-def disk_probe(
-    mkeys: np.ndarray,
-    mvalid: np.ndarray,
-    hix: np.ndarray,
-    ring_key: np.ndarray,
-    link: np.ndarray,
-    cap: int,
-    lo: int,
-    hi: int,
-    mark_matched: bool,
-    fsm: int,
-    rc: int,
-    eligible_before: int,
-    switch_factor: float,
-    tuple_cost: float,
-    row_cost: float,
-    entry_cost: float,
-    st_keys: np.ndarray,
-    st_used: np.ndarray,
-    st_pay: np.ndarray,
-    st_meta: np.ndarray,
-    since: int,
-    refresh: bool,
-    hk: np.ndarray,
-    hused: np.ndarray,
-    ek: np.ndarray,
-    ibits: np.ndarray,
-    sb_allow: np.ndarray,
-    early: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover
-    """Return (pair master row, pair slot, s_B rows, refresh rows, their H_R slot, empty hits).
-
-    ``ibits`` (:mod:`ssbj.core.interest`) tells which rows need the statistics, H_R and
-    empty-entry lookups at all. The output arrays start small and double: their size is
-    the step's transient memory. A pair is two int32: the master row in the piece and the
-    slot's offset from ``lo`` (below the ring's size), half the bytes of two int64.
-
-    With ``fsm`` >= 0 (SSBJ) a value met with ``st_meta[2]`` tuples or more in H_S becomes a
-    candidate of the value statistics (while the table has room; tracked since ``since``),
-    and a tracked value met with tuples in H_S records the R-cycle (``ST_LAST``). The chain
-    is walked here anyway, so admission costs the stream side nothing, and only values
-    with master rows become candidates (a value without rows is found at expiry). A value
-    the inequality takes switches while its rows fit ``sb_allow[0]`` (rows s_B may still
-    take), which it then lowers; otherwise ``sb_allow[1]`` counts it as deferred. ``early``
-    (the pipelined FSM, :func:`ssbj.core.rcycle.early_rows`): [rows s_B reserves for an
-    early switch (0: off), early switches, early switches given up].
-    """
-    b = mkeys.shape[0]
-    every = mvalid.shape[0] == 0  # no NULL keys: no validity array
-    pm = np.empty(min(b, 1024), dtype=np.int32)
-    psl = np.empty(min(b, 1024), dtype=np.int32)
-    track = fsm >= 0
-    look = (fsm == INCREMENTING) | (fsm == SWITCHING) | refresh
-    sb = np.empty(0, dtype=np.int64)
-    rf_row = np.empty(0, dtype=np.int64)
-    rf_slot = np.empty(0, dtype=np.int64)
-    if refresh:
-        rf_row = np.empty(64, dtype=np.int64)
-        rf_slot = np.empty(64, dtype=np.int64)
-    if fsm == SWITCHING:
-        sb = np.empty(64, dtype=np.int64)
-    k = 0
-    nsb = 0
-    nrf = 0
-    n_empty = 0
-    for i in range(b):
-        if not every and not mvalid[i]:
-            continue
-        key = mkeys[i]
-        h = mix(key)
-        _, s = ix_find(hix, ring_key, cap, hi, key, h)
-        n = 0
-        while s >= lo:
-            if k == pm.shape[0]:
-                pm = _grow(pm, k + 1)
-                psl = _grow(psl, k + 1)
-            pm[k] = i
-            psl[k] = s - lo
-            k += 1
-            n += 1
-            p = s % cap
-            if mark_matched:
-                lk_flag(link, p, MATCHED)
-            d = lk_get(link, p)
-            if d == 0:
-                break
-            s -= d
-        maybe = interest_test(ibits, h) if track else False
-        j = -1
-        if n and track:
-            j = kset_find(st_keys, st_used, key) if maybe else -1
-            if j < 0 and n >= st_meta[2] and st_meta[0] < st_meta[1]:
-                j = kset_slot(st_keys, st_used, key)
-                if j < 0:
-                    j = -j - 1
-                    st_used[j] = True
-                    st_keys[j] = key
-                    st_pay[j, ST_ROWS] = 0
-                    st_pay[j, ST_SINCE] = since
-                    st_pay[j, ST_DECIDED] = -1
-                    st_pay[j, ST_SWITCH] = 0
-                    st_meta[0] += 1
-                    interest_set(ibits, h)
-                    maybe = True
-            if j >= 0:
-                st_pay[j, ST_LAST] = rc
-        if not look or not maybe:
-            continue
-        if fsm == INCREMENTING or fsm == SWITCHING:  # noqa: SIM109 (numba)
-            if j < 0 and not n:
-                j = kset_find(st_keys, st_used, key)
-            if j >= 0:
-                if fsm == INCREMENTING or st_pay[j, ST_SINCE] > eligible_before:
-                    # (switching: a candidate not tracked through the last R-cycle counts
-                    # this one; the paper's FSM resets those counts at its phase-out)
-                    if fsm == SWITCHING and early[0] > 0 and st_pay[j, ST_SINCE] == 2 * rc - 1:
-                        # admitted during the last R-cycle: at its first row of this one it
-                        # switches at once if its tuples outweigh the rows of a counted value
-                        # (early[0], a high quantile, reserved in s_B); past that many it gives up
-                        if st_pay[j, ST_ROWS] == 0 and st_pay[j, ST_SWITCH] == 0:
-                            if (
-                                n * tuple_cost > switch_factor * (early[0] * row_cost + entry_cost)
-                                and early[0] <= sb_allow[0]
-                            ):
-                                sb_allow[0] -= early[0]
-                                st_pay[j, ST_SWITCH] = 1
-                                st_pay[j, ST_DECIDED] = rc
-                                early[1] += 1
-                        elif st_pay[j, ST_SWITCH] == 1 and st_pay[j, ST_ROWS] >= early[0]:
-                            st_pay[j, ST_SWITCH] = DEFERRED  # its s_B rows are dropped at the switch-in
-                            early[2] += 1
-                    st_pay[j, ST_ROWS] += 1
-                elif st_pay[j, ST_DECIDED] != rc:
-                    # first master tuple of the value in this R-cycle: decide once
-                    st_pay[j, ST_DECIDED] = rc
-                    # (a value met here has a row: a unique key's s_count is never counted)
-                    m = max(st_pay[j, ST_ROWS], 1)
-                    if n * tuple_cost > switch_factor * (m * row_cost + entry_cost):
-                        if m <= sb_allow[0]:  # s_B's rows stay within their reserve (ssbj.core.switchroom)
-                            sb_allow[0] -= m
-                            st_pay[j, ST_SWITCH] = 1
-                        else:  # decided again next R-cycle (ssbj.core.stats.ValueStats.retry_deferred)
-                            st_pay[j, ST_SWITCH] = DEFERRED
-                            sb_allow[1] += 1
-                if st_pay[j, ST_SWITCH] == 1:  # every row of a switching value goes to s_B
-                    if nsb == sb.shape[0]:
-                        sb = _grow(sb, nsb + 1)
-                    sb[nsb] = i
-                    nsb += 1
-        if refresh:
-            j = kset_find(hk, hused, key)
-            if j >= 0:
-                if nrf == rf_row.shape[0]:
-                    rf_row = _grow(rf_row, nrf + 1)
-                    rf_slot = _grow(rf_slot, nrf + 1)
-                rf_row[nrf] = i
-                rf_slot[nrf] = j
-                nrf += 1
-            elif es_find(ek, key) >= 0:
-                n_empty += 1
-    return pm[:k], psl[:k], sb[:nsb], rf_row[:nrf], rf_slot[:nrf], n_empty
 
 
 # ---------------------------------------------------------------- the phase
@@ -372,43 +187,85 @@ def disk_phase(
     if op._use_cache:
         op.stats.grow(lambda: B.stats_limit(op))
     st = op.stats.table
-    tracked = op.stats.size
     refresh = acc.refresh
     tuple_cost, row_cost, entry_cost = acc.costs
     eligible = eligible_before(op._rc, op._unique) if fsm == SWITCHING else -1
-    deferred = int(op._sb_allow[1])
-    pm, psl, sb, rf_row, rf_slot, n_empty = disk_probe(
-        mk.values,
-        mk.valid,
-        hs.hix,
-        hs.ring_key,
-        hs.link,
-        hs.cap,
-        hs.lo,
-        hs.hi,
-        not op._verify,
-        fsm if op._use_cache else -1,
-        op._rc,
-        eligible,
-        op.spec.switch_factor,
-        tuple_cost,
-        row_cost,
-        entry_cost,
-        st.keys,
-        st.used,
-        st.payload,
-        op.stats.meta,
-        # when tracking began: 2 rc, + 1 past the R-cycle's first partition (a value is
-        # admitted at its first row of a partition; rows of earlier partitions went uncounted)
-        since_mark(op._rc, p == 0),
-        refresh,
-        cache.index.keys,
-        cache.index.used,
-        cache.empties.blob,
-        op.interest.bits,
-        op._sb_allow,
-        op._early,
-    )
+    most = B.probe_call_pairs(op)
+    # when tracking began: 2 rc, + 1 past the R-cycle's first partition (a value is admitted
+    # at its first row of a partition; rows of earlier partitions went uncounted)
+    since = since_mark(op._rc, p == 0)
+    start, n_empty = 0, 0
+    rf: list[tuple[np.ndarray, np.ndarray]] = []  # the refresh's rows and H_R slots of each call
+    while True:
+        tracked, deferred = op.stats.size, int(op._sb_allow[1])
+        pm, psl, sb, rf_row, rf_slot, empties, stop = disk_probe(
+            mk.values,
+            mk.valid,
+            hs.hix,
+            hs.ring_key,
+            hs.link,
+            hs.cap,
+            hs.lo,
+            hs.hi,
+            not op._verify,
+            fsm if op._use_cache else -1,
+            op._rc,
+            eligible,
+            op.spec.switch_factor,
+            tuple_cost,
+            row_cost,
+            entry_cost,
+            st.keys,
+            st.used,
+            st.payload,
+            op.stats.meta,
+            since,
+            refresh,
+            cache.index.keys,
+            cache.index.used,
+            cache.empties.blob,
+            op.interest.bits,
+            op._sb_allow,
+            op._early,
+            start,
+            most,
+        )
+        _count_call(op, tracked, deferred)
+        # the kernel's arrays double as they fill: the whole buffers are held, not the views'
+        # bytes; beside them the H_S slots kept for one take (acc.slots) and the refresh's rows
+        kept = sum(held_nbytes(a) for a in acc.slots) + sum(held_nbytes(a) + held_nbytes(b) for a, b in rf)
+        op._note_disk_transient(kept + sum(held_nbytes(a) for a in (pm, psl, sb, rf_row, rf_slot)))
+        _to_sb(op, part, mk, sb, p)
+        n_empty += int(empties)
+        last = stop >= len(mk.values)
+        if start == 0 and last:  # one call: one take for the pairs and the refresh
+            _take(op, part, mk, acc, pm, psl, (rf_row, rf_slot), n_empty)
+        else:
+            _take(op, part, mk, acc, pm, psl, None, 0)
+            if refresh:
+                rf.append((rf_row, rf_slot))
+            if last and refresh:  # the piece's refresh rows at once (RefreshRows.rows reads the whole piece)
+                rows = (np.concatenate([a for a, _ in rf]), np.concatenate([b for _, b in rf]))
+                _take(op, part, mk, acc, pm[:0], psl[:0], rows, n_empty)
+        if sum(len(a) for a in acc.slots) >= most:  # (also across the pieces of a partition)
+            _pairs(op, acc, pairs)  # H_S's rows of the pairs so far, taken at once
+        if last:
+            break
+        start = int(stop)
+    if fsm == TAKE_ALL:  # every row of a value not cached goes to s_B
+        ix = cache.index
+        sb = take_all_rows(mk.values, mk.valid, ix.keys, ix.used, cache.empties.blob, op.interest.bits)
+        op._note_transient(sb.nbytes)
+        if op._store is not None or op._take_all_void:  # written in place (ssbj.core.takeall)
+            sb_keys = mk.values[sb]
+            op._note_transient(sb_keys.nbytes)
+            store_append(op, part, sb, sb_keys, p)
+        else:
+            _to_sb(op, part, mk, sb, p)
+
+
+def _count_call(op: SemiStreamJoin, tracked: int, deferred: int) -> None:
+    """Count what a kernel call decided (``tracked``, ``deferred``: the candidates and deferred switches before it)."""
     if op._sb_allow[1] > deferred:
         op._c.bump("switch_deferred", int(op._sb_allow[1]) - deferred)
     if op._early[1] or op._early[2]:
@@ -419,34 +276,46 @@ def disk_phase(
         op.interest.added += op.stats.size - tracked
         if op.interest.overfull:
             op.rebuild_interest()
-    # the kernel's arrays double as they fill: the whole buffers are held, not the views' bytes
-    op._note_transient(sum(held_nbytes(a) for a in (pm, psl, sb, rf_row, rf_slot)))
-    if fsm == TAKE_ALL:  # every row of a value not cached goes to s_B
-        ix = cache.index
-        sb = take_all_rows(mk.values, mk.valid, ix.keys, ix.used, cache.empties.blob, op.interest.bits)
-        op._note_transient(sb.nbytes)
-        if op._store is not None or op._take_all_void:  # written in place (ssbj.core.takeall)
-            sb_keys = mk.values[sb]
-            op._note_transient(sb_keys.nbytes)
-            store_append(op, part, sb, sb_keys, p)
-            sb = sb[:0]
-    if len(sb):
-        op._sb_seq += 1
-        t = take_rows(part, sb)
-        op._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), op._sb_seq))
-        op._sb_bytes += int(t.nbytes) + 12 * len(sb)
-    rows = acc.rows(op, part, mk.values, mk.valid, rf_row, rf_slot, int(n_empty)) if refresh else None
+
+
+def _take(
+    op: SemiStreamJoin,
+    part: pa.Table,
+    mk: EncodedKeys,
+    acc: RefreshRows,
+    pm: np.ndarray,
+    psl: np.ndarray,
+    rf: tuple[np.ndarray, np.ndarray] | None,
+    n_empty: int,
+) -> None:
+    """Take the pairs' master rows out of the piece, and the refresh's (``rf``: its rows and H_R slots, if due now)."""
+    rows = acc.rows(op, part, mk.values, mk.valid, rf[0], rf[1], n_empty) if rf is not None and acc.refresh else None
     # one take for the pairs' and the refresh's rows (a take costs ~20-60 us whatever its size)
     if len(pm) and rows is not None:
         both = take_rows(part, np.concatenate([pm, rows]))
-        acc.slots.append(psl)
+        acc.slots.append(_own(psl))
         acc.masters.append(both.slice(0, len(pm)).select(op._pair_idx))
-        acc.keep(op, both.slice(len(pm)), mk.values, rows, len(rf_row), rf_slot)
+        acc.keep(op, both.slice(len(pm)), mk.values, rows, len(rf[0]), rf[1])  # type: ignore[index]
     elif len(pm):
-        acc.slots.append(psl)
+        acc.slots.append(_own(psl))
         acc.masters.append(take_rows(part.select(op._pair_idx), pm))
     elif rows is not None:
-        acc.keep(op, take_rows(part, rows), mk.values, rows, len(rf_row), rf_slot)
+        acc.keep(op, take_rows(part, rows), mk.values, rows, len(rf[0]), rf[1])  # type: ignore[index]
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """Return ``a``, or a copy if it is a small view of a larger buffer (kept till the take, it would hold it all)."""
+    return a.copy() if held_nbytes(a) > 2 * a.nbytes + 64 else a
+
+
+def _to_sb(op: SemiStreamJoin, part: pa.Table, mk: EncodedKeys, sb: np.ndarray, p: int) -> None:
+    """Copy master rows ``sb`` of the piece into the switching buffer s_B."""
+    if not len(sb):
+        return
+    op._sb_seq += 1
+    t = take_rows(part, sb)
+    op._sb.append((t, mk.values[sb], np.full(len(sb), p, dtype=np.int32), op._sb_seq))
+    op._sb_bytes += int(t.nbytes) + 12 * len(sb)
 
 
 def _charge_pieces(op: SemiStreamJoin, part: pa.Table, rows: int, keys_bytes: int) -> None:

@@ -199,6 +199,7 @@ class SemiStreamJoin:
         self._transient_peak = 0
         self._transient_per_tuple = 0.0  # most temporaries per tuple in H_S (ssbj.core.budget)
         self._cache_transient = 0  # bytes of the step's cache-phase temporaries (a part of _transient)
+        self._disk_transient = 0  # and of its disk-phase kernel calls' (one call's alive at a time)
         self._cache_transient_peak = 0  # most of them in one step: a per-step reserve (ssbj.core.budget)
         self._peak = 0  # most bytes held at any point of a step
         # the complete cache (ssbj.core.complete): a take-all R-cycle, then H_R holds all of R
@@ -300,7 +301,7 @@ class SemiStreamJoin:
         t0 = time.perf_counter()
         pairs: list[tuple[pa.Table, pa.Table]] = []
         unmatched: list[pa.Table] = []
-        self._transient = self._cache_transient = 0
+        self._transient = self._cache_transient = self._disk_transient = 0
         self._switch_transient = self._switch_peak = 0
         if self._p == 0 and not self._cycle_open:
             self._begin_r_cycle(pairs, unmatched)
@@ -441,6 +442,12 @@ class SemiStreamJoin:
         self._cache_transient += more
         self._note_transient(more)
         self._cache_transient_peak = max(self._cache_transient_peak, self._cache_transient)
+
+    def _note_disk_transient(self, nbytes: int) -> None:
+        """Count a disk-phase kernel call's arrays and the slots kept beside them (their most, not their sum)."""
+        more = max(0, int(nbytes) - self._disk_transient)
+        self._disk_transient += more
+        self._note_transient(more)
 
     # ------------------------------------------------------------------ introspection
     def cached_values(self) -> np.ndarray:

@@ -68,7 +68,9 @@ def test_cache_phase_arrays_counted_and_bounded(budget: int, monkeypatch: Any) -
             hits += r.metrics.w_n
     for r in op.drain():
         out += as_multiset(r.enriched)
-    assert hits > 0.8 * stream.num_rows and not op._complete
+    # (the warm-up, while the 12 values wait for their switch-in, is served by the disk phase:
+    # at 400 kB a third of the stream, H_S holding 12k tuples)
+    assert hits > 0.6 * stream.num_rows and not op._complete
     assert op._cache_transient_peak > 0 and B.temporaries_reserve(op) >= op._cache_transient_peak
     assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
 

@@ -13,6 +13,7 @@ from range_master import RangeMaster
 from reference import as_multiset, batch_join
 
 from ssbj.core import JoinSpec, SemiStreamJoin
+from ssbj.core import budget as B
 from ssbj.core.checkpoint import DirectoryStore
 
 
@@ -24,18 +25,22 @@ def _stream(rng: random.Random, first_id: int, n: int) -> pa.Table:
     return pa.table({"id": pa.array(range(first_id, first_id + n), pa.int64()), "k": pa.array(keys, pa.int64())})
 
 
+@pytest.mark.parametrize("split_calls", [False, True])
 @pytest.mark.parametrize("resident", [False, True])
 @pytest.mark.parametrize("r_filter", ["off", "always"])
 @pytest.mark.parametrize("checkpoint_each_step", [False, True])
 def test_updates_inserts_and_deletes_reach_cached_values_within_one_r_cycle(
-    tmp_path: Any, checkpoint_each_step: bool, r_filter: str, resident: bool
+    tmp_path: Any, checkpoint_each_step: bool, r_filter: str, resident: bool, split_calls: bool, monkeypatch: Any
 ) -> None:
     """With the R-filter too: value 99 has no rows (outside the bitmap's range) until one is inserted.
 
     ``resident``: partitions probed in one pass over the master's own buffers; a read that
     brings the very buffers of the last read skips the refresh (ssbj.core.resident), one
-    with new buffers (the change) refreshes.
+    with new buffers (the change) refreshes. ``split_calls``: the disk phase's kernel in
+    calls of 2 pairs (ssbj.core.diskprobe), so a piece's refresh rows come from several calls.
     """
+    if split_calls:
+        monkeypatch.setattr(B, "probe_call_pairs", lambda op: 2)
     rng = random.Random(7)
     rows = {pk: (pk % 20, f"v0-{pk}") for pk in range(200)}
     master = RangeMaster(rows, b=20, k=10, resident=resident)

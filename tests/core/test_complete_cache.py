@@ -544,10 +544,10 @@ def test_in_place_switch_in_exact_and_within_the_budget(
 
 
 def test_in_place_switch_in_fits_where_the_rebuild_does_not() -> None:
-    """At 2.2x R's projected bytes (96-byte payloads) only the in-place switch-in fits, and it completes."""
+    """At 2.1x R's projected bytes (96-byte payloads) only the in-place switch-in fits, and it completes."""
     stream, master = _wide(4_000, 200_000, 96, 2_500, 1)
     b = 1_000
-    budget = int(2.2 * master.select(["mk", "mid", "pay"]).nbytes)
+    budget = int(2.1 * master.select(["mk", "mid", "pay"]).nbytes)
     spec = JoinSpec("sk", "mk", ("mid", "pay"), memory_budget=budget, chunk_bytes=budget // 40)
     op = SemiStreamJoin(spec, ArrowMaster(master, b), stream.schema, master.schema)
     out: Counter[Any] = Counter()

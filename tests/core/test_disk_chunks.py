@@ -379,7 +379,7 @@ def test_planner_chooses_k_by_the_cost_model() -> None:
     for budget in (720_000, 7_200_000):
         plans = [
             plan_memory(budget, 2_000_000, 32.0, 36.0, CostModel(CostConstants(c_fixed=c)), chunked=True)
-            for c in (20_000, 200_000, 2_000_000)
+            for c in (20_000, 100_000, 2_000_000)
         ]
         ks = [p.partitions for p in plans]
         assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1]  # a dearer step: fewer, larger steps

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
 from core_scenarios import drifting_keys, key_tables
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
 
 from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
+from ssbj.core import budget as B
 from ssbj.core.checkpoint import DirectoryStore
 
 
@@ -70,6 +72,28 @@ def test_equals_batch_join(sc: dict[str, Any]) -> None:
     assert out == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
     assert unmatched == unmatched_reference(stream, master, "sk", "mk")
     assert op.waiting_tuples == 0
+    _check_counts(op)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenario(), most=st.integers(1, 4))
+def test_disk_phase_in_split_calls_equals_batch_join(sc: dict[str, Any], most: int) -> None:
+    """With a call of 1-4 pairs every partition with matches is probed in several calls: still exact."""
+    stream, master = key_tables(sc)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(B, "probe_call_pairs", lambda op: most)
+    try:
+        op = SemiStreamJoin(_spec(sc), ArrowMaster(master, sc["b"]), stream.schema, master.schema)
+        out: Counter[Any] = Counter()
+        unmatched: Counter[Any] = Counter()
+        for r in op.run(stream.to_batches(max_chunksize=sc["batch"])):
+            out += as_multiset(r.enriched)
+            unmatched += as_multiset(r.unmatched)
+            _check_counts(op)
+    finally:
+        mp.undo()
+    assert out == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
+    assert unmatched == unmatched_reference(stream, master, "sk", "mk")
     _check_counts(op)
 
 
