@@ -349,15 +349,21 @@ def switch_transient(op: SemiStreamJoin) -> int:
 def cushion_bytes(op: SemiStreamJoin, avail: float) -> float:
     """Bytes H_S leaves free this R-cycle for a structure that may appear at the next R-cycle start.
 
-    One chunk's worth (``avail / (k + 1)``), or, ahead of an R-filter rebuild, the active
-    filter's bytes if more: the rebuilt filter is built beside it, and at small budgets it
-    is larger than a chunk (60 kB budget, k = 36: a chunk ~1.3 kB, the filter ~2.5 kB).
+    In the warm-up one chunk's worth (``avail / (k + 1)``), or, ahead of an R-filter
+    rebuild, the active filter's bytes if more: the rebuilt filter is built beside it, and
+    at small budgets it is larger than a chunk (60 kB budget, k = 36: a chunk ~1.3 kB, the
+    filter ~2.5 kB). Past the warm-up only the filter comes (an eviction's rebuild has
+    its reserve, :func:`temporaries_reserve`), so only its bytes are kept: with few
+    partitions a chunk is a sixth of the budget (k = 5), and a filter that finds no room
+    is built an R-cycle later (:func:`ssbj.core.switching.plan_filter`).
     """
     if not cushion_ahead(op):
         return 0.0
-    chunk = avail / (max(op._k, 1) + 1)
     active = op.rfilter.active
     rebuild = active.bits.nbytes if active is not None and op._rc + 1 > 3 else 0
+    if op._use_cache and op._rc + 1 > 3:
+        return float(rebuild)
+    chunk = avail / (max(op._k, 1) + 1)
     return float(max(chunk, rebuild))
 
 
