@@ -17,6 +17,12 @@ calls); printed per measured step in microseconds. The wrappers cost ~1 us a cal
 
 ``sweep``: SSBJ and MESHJOIN at the given partition counts k (b = ceil(|R| / k), the
 same pieces), to check the planner's choice of k against measured service rates.
+
+``load``: SSBJ and MESHJOIN with H_S's value index planned at each of the given most
+loads (``ssbj.core.hsindex.INDEX_LOAD`` and every copy of it, set for the run), at the b
+planned with the code's own load, interleaved; CPU-time rates:
+
+    PYTHONPATH=$PWD .venv/bin/python bench/results/bound/stepcost_ab.py load 0.01 0.75,0.6,0.5 3
 """
 
 from __future__ import annotations
@@ -299,11 +305,58 @@ def sweep(frac: float, ks: list[int], reps: int) -> dict[str, Any]:
     return out
 
 
+def set_index_load(x: float) -> None:
+    """Plan H_S's value index at most load ``x``: the constant and every module's copy of it."""
+    from ssbj.core import budget, costmodel, hs, hsindex
+
+    for mod in (hsindex, hs, budget, costmodel):
+        mod.INDEX_LOAD = x  # type: ignore[attr-defined]
+    costmodel.NEW_CHUNK_INDEX_BYTES = hsindex.INDEX_SLOT / x
+
+
+def load_sweep(frac: float, loads: list[float], reps: int) -> dict[str, Any]:
+    """SSBJ and MESHJOIN with H_S's index at each most load of ``loads``, interleaved; CPU-time rates."""
+    from ssbj.core import hsindex
+
+    base = hsindex.INDEX_LOAD
+    bench, ds, p, budget, b, rows = setup(frac)
+    out: dict[str, Any] = {"frac": frac, "b": b, "rows": rows, "load_start": os.getloadavg(), "points": []}
+    got: dict[float, dict[str, list[dict[str, Any]]]] = {x: {"ssbj": [], "meshjoin": []} for x in loads}
+    med = statistics.median
+    try:
+        for _ in range(reps):
+            for x in loads:
+                set_index_load(x)
+                for name in ("ssbj", "meshjoin"):
+                    got[x][name].append(_run_steps(ds, configs(name, b, budget, rows, 0.0, ds.v_s), p, bench))
+    finally:
+        set_index_load(base)
+    for x in loads:
+        pt: dict[str, Any] = {"index_load": x}
+        for name, rs in got[x].items():
+            pt[name] = {
+                "w": med(r["w_per_step"] for r in rs),
+                "tuples_per_r_cycle": med(r["w_per_step"] * r["partitions"] for r in rs),
+                "c_loop_cpu_ms": med(1e3 * cpu_c_loop(r) for r in rs),
+                "step_cpu_median_ms": med(1e3 * r["step_cpu_median"] for r in rs),
+                "rate_cpu": med(r["w_per_step"] / cpu_c_loop(r) for r in rs),
+                "rate_wall": med(r["service_rate"] for r in rs),
+                "peak_over_budget": max((r["memory_max_over_budget"] or 0.0) for r in rs),
+            }
+        pt["rate_ratio_cpu"] = pt["ssbj"]["rate_cpu"] / pt["meshjoin"]["rate_cpu"]
+        out["points"].append(pt)
+        print(json.dumps(pt), file=sys.stderr, flush=True)
+    out["load_end"] = os.getloadavg()
+    return out
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     frac = float(sys.argv[2])
     if mode == "ab":
         res = ab(frac, int(sys.argv[3]) if len(sys.argv) > 3 else 3)
+    elif mode == "load":
+        res = load_sweep(frac, [float(x) for x in sys.argv[3].split(",")], int(sys.argv[4]) if len(sys.argv) > 4 else 1)
     elif mode == "sweep":
         res = sweep(frac, [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4]) if len(sys.argv) > 4 else 1)
     else:
