@@ -1,7 +1,7 @@
 """Driver: the bound experiment's skew-1 stationary points (1% and 10% of R) only.
 
 Usage: PYTHONPATH=. python bench/results/bound/hjcache/points.py OUT.json [reps]
-Plans with the committed calibration (bench/results/calibration.json) so before/after
+Plans with the committed calibration (bench/results/calibration-2026-11-23.json) so before/after
 runs get the same b and piece size.
 """
 
@@ -19,7 +19,7 @@ out = Path(sys.argv[1])
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 p = dataclasses.replace(PRESETS["full"], reps=reps)
 bench = Bench(p, Path(tempfile.mkdtemp()))
-bench.set_model(CostConstants.load(Path("bench/results/calibration.json")))
+bench.set_model(CostConstants.load(Path("bench/results/calibration-2026-11-23.json")))
 ds = issue_dataset(bench, p.r_main, 1.0, None)
 res = {}
 for frac in (0.01, 0.10):
