@@ -221,11 +221,19 @@ class SharedJoin:
 
     # ------------------------------------------------------------------ steps
     def _busy(self, g: Group, drain: bool) -> bool:
+        """Whether ``g`` steps now: it holds a full step (w of each of its streams), or anything with ``drain``.
+
+        A group fed by two streams gets one stream's batch at a time; stepping on each
+        batch alone would read a partition for half a step's tuples (the rest waits for
+        the next batch or the drain).
+        """
         op = g.op
-        return bool(op.buffered_tuples or (drain and len(op.hs.queue)))
+        if drain:
+            return bool(op.buffered_tuples or len(op.hs.queue))
+        return op.buffered_tuples >= op.spec.max_step_tuples
 
     def step(self, drain: bool = False) -> dict[str, pa.Table]:
-        """One step of every group with buffered tuples (with ``drain``: also with waiting ones).
+        """One step of every group holding a full step (with ``drain``: of every group with tuples).
 
         Returns each job's output rows of this step (jobs without rows are left out).
         """
@@ -247,11 +255,11 @@ class SharedJoin:
         return {k: pa.concat_tables(v) if len(v) > 1 else v[0] for k, v in out.items()}
 
     def pending(self, drain: bool = False) -> bool:
-        """Whether some group has work (buffered tuples; with ``drain`` also tuples in H_S)."""
+        """Whether some group holds a full step (with ``drain``: any buffered tuple or tuple in H_S)."""
         return any(self._busy(g, drain) for g in self.groups)
 
     def run(self, batches: Iterable[tuple[str, pa.Table]]) -> Iterator[dict[str, pa.Table]]:
-        """Feed (stream, batch) pairs, stepping after each until nothing is buffered, then drain."""
+        """Feed (stream, batch) pairs, stepping after each while a group holds a full step, then drain."""
         for stream, b in batches:
             self.push(stream, b)
             while self.pending():

@@ -132,6 +132,31 @@ def test_shared_scan_reads_each_partition_once_per_step() -> None:
     assert sj.master_rows_read() == read
 
 
+def test_a_group_of_two_streams_steps_only_on_a_full_step() -> None:
+    """A group read by both streams steps once it holds w of each, not on each stream's batch alone."""
+    masters = masters_for(50, 50, 1, 10, 0)
+    streams = {"orders": make_stream("orders", 400, 50, 1), "clicks": make_stream("clicks", 400, 50, 2)}
+    jobs = [JOBS[0], JOBS[4]]  # orders and clicks, both against the customer table
+    sj = SharedJoin(jobs, STREAMS, masters, step_rows=50, algorithm="meshjoin")
+    (g,) = sj.groups
+    assert g.op.spec.max_step_tuples == 100
+    batches = interleave(streams, 50)
+    sj.push(*batches[0])
+    assert not sj.pending() and sj.pending(drain=True)  # half a step: it waits for the other stream
+    sj.push(*batches[1])
+    assert sj.pending()
+    first = sj.step()
+    got: dict[str, list[pa.Table]] = {j: [first[j]] if j in first else [] for j in sj.jobs}
+    assert not sj.pending() and g.op.buffered_tuples == 0
+    for out in sj.run(batches[2:]):
+        for j, t in out.items():
+            got[j].append(t)
+    _check(sj, got, streams, masters)
+    # 800 tuples in full steps of 100: 8 steps, each reading one partition of 10 rows, then
+    # the drain's k - 1 = 4 finish the last chunk's R-cycle (a step per batch: 16 + 4)
+    assert sj.master_rows_read() == 10 * (8 + 4)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(0, 200), b=st.integers(1, 10), step=st.integers(1, 30), seed=st.integers(0, 1 << 16))
 def test_string_keys_are_verified(n: int, b: int, step: int, seed: int) -> None:
