@@ -16,10 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from ssbj.errors import CheckpointError, InputError
 
 LAYOUT_VERSION = 1
+# the type tag a page column's boundaries must carry, by its Python type (others: any tag)
+_TAGS: dict[type | None, str] = {
+    int: "int",
+    str: "str",
+    dt.date: "date",
+    dt.datetime: "datetime",
+    uuid.UUID: "uuid",
+    bytes: "bytes",
+}
 
 
 def encode_value(v: object) -> dict[str, Any]:
@@ -98,3 +108,58 @@ def partition_expr(page: sa.Column[Any], bounds: Sequence[object]) -> sa.ColumnE
         return sa.literal(0, sa.Integer)
     whens = [(page <= sa.bindparam(None, b, type_=page.type), p) for p, b in enumerate(bounds)]
     return sa.case(*whens, else_=len(bounds))
+
+
+def compute_layout(
+    conn: Connection, table: sa.Table, page: sa.Column[Any], where: sa.ColumnElement[bool] | None, b: int
+) -> Layout:
+    """Boundaries every ``b`` rows of ``page`` (a query per partition: the b-th value past the last) and the rows."""
+    count_all = sa.select(sa.func.count()).select_from(table)
+    if where is not None:
+        count_all = count_all.where(where)
+    bounds: list[object] = []
+    last: object = None
+    while True:
+        q = sa.select(page).order_by(page).limit(1).offset(b - 1)
+        if where is not None:
+            q = q.where(where)
+        if bounds:
+            q = q.where(page > last)
+        v = conn.execute(q).scalar_one_or_none()
+        if v is None:
+            break
+        bounds.append(v)
+        last = v
+    rest_q = count_all.where(page > last) if bounds else count_all
+    rest = int(conn.execute(rest_q).scalar_one())
+    if bounds and rest == 0:
+        bounds.pop()  # the last boundary is the maximum: no empty last partition
+        rest = b
+    return Layout(tuple(bounds), len(bounds) * b + rest)
+
+
+def restore_layout(
+    layout: Mapping[str, Any], want: Mapping[str, object], shard: str | None, page: sa.Column[Any]
+) -> Layout:
+    """Return the :class:`Layout` a checkpoint saved, checked against ``want`` (table, page column, b) and the shard."""
+    if not isinstance(layout, Mapping) or layout.get("version") != LAYOUT_VERSION:
+        raise CheckpointError(f"master layout must be a dict with version {LAYOUT_VERSION}, got {layout!r:.200}")
+    for field, value in want.items():
+        if layout.get(field) != value:
+            raise CheckpointError(
+                f"master layout was made for {field} {layout.get(field)!r}, this scan has {value!r} "
+                "(a different b needs repartition())"
+            )
+    if layout.get("shard") != shard:
+        raise CheckpointError(f"master layout was made for shard {layout.get('shard')!r}, this scan reads {shard!r}")
+    bounds = layout.get("bounds")
+    num_rows = layout.get("num_rows")
+    if not isinstance(bounds, list) or not isinstance(num_rows, int) or num_rows < 0:
+        raise CheckpointError("master layout needs a list 'bounds' and an integer 'num_rows' >= 0")
+    values = tuple(decode_value(v) for v in bounds)
+    tag = _TAGS.get(python_type(page))
+    if tag is not None and any(v["t"] != tag for v in bounds):
+        raise CheckpointError(
+            f"master layout boundaries are not all of type {tag!r}, the type of page column {page.name!r}"
+        )
+    return Layout(values, num_rows)

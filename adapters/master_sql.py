@@ -20,9 +20,7 @@ the two break even only near b = 100 (see docs/measurements-master-read.md).
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -39,10 +37,11 @@ from ssbj.adapters.master_driver import DriverReader
 from ssbj.adapters.master_layout import (
     LAYOUT_VERSION,
     Layout,
-    decode_value,
+    compute_layout,
     encode_value,
     partition_expr,
     python_type,
+    restore_layout,
 )
 from ssbj.adapters.shard_sql import shard_predicate
 from ssbj.adapters.sql_common import (
@@ -55,7 +54,7 @@ from ssbj.adapters.sql_common import (
 from ssbj.contracts import PARTITION_COLUMN, TableName
 from ssbj.core.keys import key_family
 from ssbj.core.shards import ModRouter, RangeRouter, Router, route_column
-from ssbj.errors import CheckpointError, ConfigError, StateError
+from ssbj.errors import ConfigError, StateError
 from ssbj.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -63,16 +62,6 @@ log = logging.getLogger(__name__)
 LOOKUP_BATCH = 4_000  # keys per IN list: 10.0 us a key on MariaDB against 15.6 at 500 (bench/results/lookup_batch.md)
 MAX_LOOKUP_PARAMS = 30_000  # bound parameters per statement (SQLite allows 32,766, MariaDB 65,535)
 GROWTH_WARNING_FACTOR = 4  # warn when a partition holds more than this many times b rows
-
-
-_TAGS: dict[type | None, str] = {
-    int: "int",
-    str: "str",
-    dt.date: "date",
-    dt.datetime: "datetime",
-    uuid.UUID: "uuid",
-    bytes: "bytes",
-}
 
 
 # ---------------------------------------------------------------- the scan
@@ -259,59 +248,12 @@ class SqlMasterScan:
         return pa.schema(fields)
 
     def _restore(self, layout: Mapping[str, Any]) -> Layout:
-        if not isinstance(layout, Mapping) or layout.get("version") != LAYOUT_VERSION:
-            raise CheckpointError(f"master layout must be a dict with version {LAYOUT_VERSION}, got {layout!r:.200}")
-        for field, want in (
-            ("table", self._table_name),
-            ("page_column", self._page.name),
-            ("partition_rows", self._b),
-        ):
-            if layout.get(field) != want:
-                raise CheckpointError(
-                    f"master layout was made for {field} {layout.get(field)!r}, this scan has {want!r} "
-                    "(a different b needs repartition())"
-                )
-        if layout.get("shard") != self.shard_label:
-            raise CheckpointError(
-                f"master layout was made for shard {layout.get('shard')!r}, this scan reads {self.shard_label!r}"
-            )
-        bounds = layout.get("bounds")
-        num_rows = layout.get("num_rows")
-        if not isinstance(bounds, list) or not isinstance(num_rows, int) or num_rows < 0:
-            raise CheckpointError("master layout needs a list 'bounds' and an integer 'num_rows' >= 0")
-        values = tuple(decode_value(b) for b in bounds)
-        tag = _TAGS.get(python_type(self._page))
-        if tag is not None and any(b["t"] != tag for b in bounds):
-            raise CheckpointError(
-                f"master layout boundaries are not all of type {tag!r}, the type of page column {self._page.name!r}"
-            )
-        return Layout(values, num_rows)
+        want = {"table": self._table_name, "page_column": self._page.name, "partition_rows": self._b}
+        return restore_layout(layout, want, self.shard_label, self._page)
 
     # ------------------------------------------------------------ layout
     def _compute_layout(self, conn: Connection) -> Layout:
-        page = self._page
-        count_all = sa.select(sa.func.count()).select_from(self._sa_table)
-        if self._where is not None:
-            count_all = count_all.where(self._where)
-        bounds: list[object] = []
-        last: object = None
-        while True:
-            q = sa.select(page).order_by(page).limit(1).offset(self._b - 1)
-            if self._where is not None:
-                q = q.where(self._where)
-            if bounds:
-                q = q.where(page > last)
-            v = conn.execute(q).scalar_one_or_none()
-            if v is None:
-                break
-            bounds.append(v)
-            last = v
-        rest_q = count_all.where(page > last) if bounds else count_all
-        rest = int(conn.execute(rest_q).scalar_one())
-        if bounds and rest == 0:
-            bounds.pop()  # the last boundary is the maximum: no empty last partition
-            rest = self._b
-        return Layout(tuple(bounds), len(bounds) * self._b + rest)
+        return compute_layout(conn, self._sa_table, self._page, self._where, self._b)
 
     def _ensure_layout(self) -> Layout:
         if self._layout is None:
