@@ -137,7 +137,7 @@ def choose_lookup(op: SemiStreamJoin) -> bool:
     model, measured = op.cost_model, op.path_costs
     if measured is None:
         return model.lookup_cost(keys, rows, batch) < chunks * model.scan_cost(b)
-    return measured.lookup_cost(model, keys, rows, batch) < chunks * measured.scan_cost(model, b)
+    return measured.choose(measured.lookup_cost(model, keys, rows, batch) < chunks * measured.scan_cost(model, b))
 
 
 def lookup_phase(

@@ -9,6 +9,12 @@ read (the read, not the probe, which the model prices), and seconds per key of a
 (the round trips, the rows and the join of them), each the median of the last ``WINDOW``
 measurements. A path not yet measured is priced by the model.
 
+A path is measured only when it is taken, so one slow measurement (a cold statement, a
+busy machine) could keep a path out for good. :meth:`PathCosts.choose` therefore takes
+the dearer path once after it has lost ``RETRY`` decisions in a row, and waits twice as
+long each time it loses again (a lookup without an index reads all of R: its retries
+stay rare).
+
 Not checkpointed: the choice of path never changes the result, only its cost, and after
 a restore both paths are measured again.
 """
@@ -23,6 +29,7 @@ from ssbj.core.costmodel import CostModel
 
 WINDOW = 16  # measurements kept per path
 MIN_ROWS = 64  # a read of fewer rows is not a measurement of the per-row cost
+RETRY = 8  # decisions a path loses in a row before it is taken once to be measured again
 
 
 @dataclass
@@ -31,6 +38,20 @@ class PathCosts:
 
     per_row: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     per_key: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    lost: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # in a row (True: lookup)
+    retry: dict[bool, int] = field(default_factory=lambda: {True: RETRY, False: RETRY})
+
+    def choose(self, lookup_cheaper: bool) -> bool:
+        """Return whether to look up: the cheaper path, or the other once it has lost ``retry`` in a row."""
+        win, lose = lookup_cheaper, not lookup_cheaper
+        self.lost[win] = 0
+        self.retry[win] = RETRY
+        self.lost[lose] += 1
+        if self.lost[lose] < self.retry[lose]:
+            return win
+        self.lost[lose] = 0
+        self.retry[lose] *= 2  # if it loses again, it waits twice as long
+        return lose
 
     def note_read(self, rows: int, seconds: float) -> None:
         """Record that a partition read of ``rows`` rows took ``seconds``."""

@@ -11,7 +11,7 @@ import pytest
 from reference import as_multiset, batch_join
 
 from ssbj.core import ArrowMaster, CostConstants, CostModel, JoinSpec, SemiStreamJoin
-from ssbj.core.pathcost import MIN_ROWS, WINDOW, PathCosts
+from ssbj.core.pathcost import MIN_ROWS, RETRY, WINDOW, PathCosts
 
 MCOLS = ["mval"]
 
@@ -42,6 +42,15 @@ def test_measured_paths_use_the_median_of_the_last_window() -> None:
     assert pc.lookup_cost(model, 100, 100, 500) == pytest.approx(100.0)
 
 
+def test_a_path_that_keeps_losing_is_measured_again_ever_more_rarely() -> None:
+    pc = PathCosts()
+    taken = [pc.choose(False) for _ in range(RETRY + 2 * RETRY + 4 * RETRY)]  # the scan always cheaper
+    # the lookup is taken once after RETRY lost decisions, then after 2 RETRY, then 4 RETRY
+    assert [i for i, t in enumerate(taken) if t] == [RETRY - 1, 3 * RETRY - 1, 7 * RETRY - 1]
+    assert pc.choose(True) is True  # once it wins, it waits RETRY again when it next loses
+    assert [pc.choose(False) for _ in range(RETRY)].count(True) == 1
+
+
 class SlowReads(ArrowMaster):
     """An in-memory master whose partition reads cost what a database's do (~20 us a row)."""
 
@@ -51,11 +60,25 @@ class SlowReads(ArrowMaster):
         return t
 
 
-def _paths(cost_model: CostModel | None) -> tuple[Counter[str], Counter[Any], Counter[Any]]:
+class SlowFirstLookup(SlowReads):
+    """Slow reads, and a first lookup that takes 100 ms (a cold statement on a busy machine)."""
+
+    first = True
+
+    def lookup(self, key: str, values: pa.Array) -> pa.Table:
+        if self.first:
+            self.first = False
+            time.sleep(0.1)
+        return super().lookup(key, values)
+
+
+def _paths(
+    cost_model: CostModel | None, master_type: type[SlowReads] = SlowReads, n: int = 400
+) -> tuple[Counter[str], Counter[Any], Counter[Any]]:
     master = pa.table({"mk": [i % 150 for i in range(200)], "mval": list(range(200))})
-    stream = pa.table({"sid": list(range(400)), "sk": [i * 7 % 180 for i in range(400)]})
+    stream = pa.table({"sid": list(range(n)), "sk": [i * 7 % 180 for i in range(n)]})
     spec = JoinSpec("sk", "mk", tuple(MCOLS), algorithm="meshjoin", hybrid="auto", chunk_bytes=1 << 30)
-    op = SemiStreamJoin(spec, SlowReads(master, 100), stream.schema, master.schema, cost_model)
+    op = SemiStreamJoin(spec, master_type(master, 100), stream.schema, master.schema, cost_model)
     paths: Counter[str] = Counter()
     out: Counter[Any] = Counter()
     for b in stream.to_batches(max_chunksize=8):  # few keys wait at each step
@@ -77,3 +100,11 @@ def test_slow_reads_make_auto_look_up_when_measured() -> None:
     assert out_given == want
     assert given["lookup"] < 0.2 * sum(given.values())
     assert measured["lookup"] > 0.8 * sum(measured.values())
+
+
+def test_one_slow_lookup_does_not_keep_the_lookup_out() -> None:
+    """The first lookup's 100 ms prices it out; it is measured again, and it wins from then on."""
+    paths, out, want = _paths(None, SlowFirstLookup, n=800)
+    assert out == want
+    # 100 steps: one slow lookup, RETRY + 2 RETRY scans at most before the window's median is fast again
+    assert paths["lookup"] > 100 - 3 * RETRY - 10
