@@ -276,11 +276,23 @@ def profile(frac: float) -> dict[str, Any]:
     return out
 
 
+def _medians(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over repetitions of one configuration's runs (the peak: the largest)."""
+    med = statistics.median
+    return {
+        "w": med(r["w_per_step"] for r in rs),
+        "tuples_per_r_cycle": med(r["w_per_step"] * r["partitions"] for r in rs),
+        "c_loop_cpu_ms": med(1e3 * cpu_c_loop(r) for r in rs),
+        "rate_cpu": med(r["w_per_step"] / cpu_c_loop(r) for r in rs),
+        "rate_wall": med(r["service_rate"] for r in rs),
+        "peak_over_budget": max((r["memory_max_over_budget"] or 0.0) for r in rs),
+    }
+
+
 def sweep(frac: float, ks: list[int], reps: int) -> dict[str, Any]:
     """SSBJ and MESHJOIN at partition counts ``ks`` (b = ceil(|R| / k)), interleaved; CPU-time rates."""
     bench, ds, p, budget, b0, rows = setup(frac)
     out: dict[str, Any] = {"frac": frac, "planned_b": b0, "rows": rows, "load_start": os.getloadavg(), "points": []}
-    med = statistics.median
     for k in ks:
         b = -(-ds.r_rows // k)
         piece = rows if rows is not None and rows < b else None
@@ -290,14 +302,7 @@ def sweep(frac: float, ks: list[int], reps: int) -> dict[str, Any]:
                 got[name].append(_run(ds, configs(name, b, budget, piece, 0.0, ds.v_s), p, bench.model()))
         pt: dict[str, Any] = {"k": k, "b": b}
         for name, rs in got.items():
-            pt[name] = {
-                "w": med(r["w_per_step"] for r in rs),
-                "tuples_per_r_cycle": med(r["w_per_step"] * r["partitions"] for r in rs),
-                "c_loop_cpu_ms": med(1e3 * cpu_c_loop(r) for r in rs),
-                "rate_cpu": med(r["w_per_step"] / cpu_c_loop(r) for r in rs),
-                "rate_wall": med(r["service_rate"] for r in rs),
-                "peak_over_budget": max((r["memory_max_over_budget"] or 0.0) for r in rs),
-            }
+            pt[name] = _medians(rs)
         pt["rate_ratio_cpu"] = pt["ssbj"]["rate_cpu"] / pt["meshjoin"]["rate_cpu"]
         out["points"].append(pt)
         print(json.dumps(pt), file=sys.stderr, flush=True)
@@ -334,15 +339,7 @@ def load_sweep(frac: float, loads: list[float], reps: int) -> dict[str, Any]:
     for x in loads:
         pt: dict[str, Any] = {"index_load": x}
         for name, rs in got[x].items():
-            pt[name] = {
-                "w": med(r["w_per_step"] for r in rs),
-                "tuples_per_r_cycle": med(r["w_per_step"] * r["partitions"] for r in rs),
-                "c_loop_cpu_ms": med(1e3 * cpu_c_loop(r) for r in rs),
-                "step_cpu_median_ms": med(1e3 * r["step_cpu_median"] for r in rs),
-                "rate_cpu": med(r["w_per_step"] / cpu_c_loop(r) for r in rs),
-                "rate_wall": med(r["service_rate"] for r in rs),
-                "peak_over_budget": max((r["memory_max_over_budget"] or 0.0) for r in rs),
-            }
+            pt[name] = _medians(rs) | {"step_cpu_median_ms": med(1e3 * r["step_cpu_median"] for r in rs)}
         pt["rate_ratio_cpu"] = pt["ssbj"]["rate_cpu"] / pt["meshjoin"]["rate_cpu"]
         out["points"].append(pt)
         print(json.dumps(pt), file=sys.stderr, flush=True)
