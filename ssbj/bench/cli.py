@@ -245,16 +245,20 @@ def summarize(exps: dict[str, Json]) -> Json:
             t[1],
             "hashjoin: SSBJ end-to-end (push + steps, wall) / pyarrow Table.join (default threads, wall)",
         )
-    if "bound" in exps:
-        for pt in exps["bound"]["points"]:
+    for name in ("bound", "bound_sql"):
+        if name not in exps:
+            continue
+        for pt in exps[name]["points"]:
             setting = f"skew {pt['skew']:g} {'drift' if pt['drifting'] else 'stat.'} {pt['memory_fraction']:.0%}"
+            if name == "bound_sql":
+                setting += ", R in SQLite"
             if "error" in pt:
-                rows.append(["bound", setting, "-", "-", "-", "error: " + pt["error"][:160]])
+                rows.append([name, setting, "-", "-", "-", "error: " + pt["error"][:160]])
                 continue
             eff = pt.get("efficiency")
             rows.append(
                 [
-                    "bound",
+                    name,
                     setting,
                     _fmt_rate(pt["ssbj"]["service_rate"]),
                     _fmt_rate(pt["meshjoin"]["service_rate"]),
@@ -265,7 +269,7 @@ def summarize(exps: dict[str, Json]) -> Json:
                     f"budget/waiting tuple {pt['budget_bytes_per_waiting_tuple_over_v_s']:.2f} v_S",
                 ]
             )
-            if pt["skew"] == 1.0 and not pt["drifting"]:
+            if name == "bound" and pt["skew"] == 1.0 and not pt["drifting"]:
                 pct = round(100 * pt["memory_fraction"])
                 for key, value in (
                     (f"efficiency_skew1_mem{pct}pct", eff),
@@ -364,6 +368,10 @@ def write_report(doc: Json, path: Path) -> None:
         table = factors_markdown(doc["experiments"]["bound"])
         if table:
             lines += ["", "## Where the efficiency goes (bound experiment)", "", *FACTORS_NOTE, "", *table]
+    if "bound_sql" in doc["experiments"]:
+        table = factors_markdown(doc["experiments"]["bound_sql"])
+        if table:
+            lines += ["", "## Where the efficiency goes with R in SQLite (experiment bound_sql)", "", *table]
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.bench.datagen import SyntheticStream, key_stats, synthetic_master
-from ssbj.bench.harness import Bench, Dataset, Json, RunConfig, _ratio
+from ssbj.bench.harness import Bench, Dataset, Json, MasterFactory, RunConfig, _ratio
 from ssbj.core.bound import Overheads, key_distribution, memory_optimal_bound
 from ssbj.core.cache import INDEX_LOAD
 from ssbj.core.empties import ENTRY_ESTIMATE
@@ -79,18 +79,28 @@ def issue_dataset(bench: Bench, r_rows: int, skew: float, drift_every: int | Non
     return ds
 
 
-def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | None = None) -> Json:
+def bound_point(
+    bench: Bench,
+    ds: Dataset,
+    frac: float,
+    stationary: Dataset | None = None,
+    pieces: bool = PIECES,
+    master_factory: MasterFactory | None = None,
+) -> Json:
     """One budget: the bound, both runs, and the derived efficiencies.
 
     The bound is taken on ``stationary`` (default ``ds``): for a drifting stream it is
     the bound of one epoch's distribution, the most any cache could reach between drifts.
+    ``pieces`` plans the disk phase in pieces (a master that streams them); every run
+    reads R through ``master_factory`` when given (default: ``ds.master`` in memory).
     """
+    kw: Json = {} if master_factory is None else {"master_factory": master_factory}
     budget = int(frac * ds.r_bytes)
     ref = stationary or ds
     sample = ref.rows(SAMPLE_ROWS).column(ref.stream_key).to_numpy()
     dist = key_distribution(sample, ref.master.column(ref.master_key).to_numpy())
     bound = memory_optimal_bound(dist, budget, ds.v_s, ds.v_r)
-    pt = bench.pair(ds, budget, pieces=PIECES)
+    pt = bench.pair(ds, budget, pieces=pieces, **kw)
     s0 = pt.get("ssbj") or {}
     if "error" not in pt and s0.get("measured_steps") == 0:
         # everything cached: SSBJ can serve the whole generated stream while warming up
@@ -115,7 +125,7 @@ def bound_point(bench: Bench, ds: Dataset, frac: float, stationary: Dataset | No
         chunk_bytes=max(1, int(s["w_per_step"] * ds.v_s)),
         disk_chunk_rows=pt.get("disk_chunk_rows"),
     )
-    mw = bench.run(ds, same_w)
+    mw = bench.run(ds, same_w, **kw)
     out["meshjoin_same_w"] = {k: mw[k] for k in ("w_per_step", "c_loop_mean", "service_rate", "partitions")}
     out["c_loop_ratio_same_w"] = _ratio(s["c_loop_mean"], mw["c_loop_mean"])
     ratio = pt["ratio_service_rate"]

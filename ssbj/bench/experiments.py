@@ -3,6 +3,7 @@
 One module per group of experiments: :mod:`ssbj.bench.exp_paper` (the paper's figures),
 :mod:`ssbj.bench.exp_hashjoin` (in-memory hash join, throughput),
 :mod:`ssbj.bench.exp_bound` (Theorem 1's bound against what both algorithms achieve),
+:mod:`ssbj.bench.exp_bound_sql` (the same with R read from a database),
 :mod:`ssbj.bench.exp_refresh` (the cached-row refresh's cost),
 :mod:`ssbj.bench.exp_prefetch` (master partitions read ahead from a database: the overlap),
 :mod:`ssbj.bench.exp_hybrid` (the hybrid step: scan only vs lookup, on a database),
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ssbj.bench.exp_bound import exp_bound
+from ssbj.bench.exp_bound_sql import exp_bound_sql
 from ssbj.bench.exp_cq import exp_cq
 from ssbj.bench.exp_cq_exact import exp_cq_exact
 from ssbj.bench.exp_hashjoin import exp_hashjoin, exp_throughput
@@ -66,6 +68,7 @@ EXPERIMENTS: dict[str, Callable[[Bench], Json]] = {
     "hashjoin": exp_hashjoin,
     "throughput": exp_throughput,
     "bound": exp_bound,
+    "bound_sql": exp_bound_sql,
     "refresh": exp_refresh,
     "prefetch": exp_prefetch,
     "hybrid": exp_hybrid,

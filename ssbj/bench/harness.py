@@ -34,14 +34,16 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import pyarrow as pa
 
 from ssbj.bench.datasets import Dataset, synthetic_dataset
 from ssbj.bench.presets import PRESETS, Json, Preset
+from ssbj.contracts import MasterScan
 from ssbj.core import (
     ArrowMaster,
     CostConstants,
@@ -62,12 +64,26 @@ __all__ = [
     "Bench",
     "Dataset",
     "Json",
+    "MasterFactory",
     "Preset",
     "RunConfig",
     "exp_calibration",
 ]  # Dataset, Json and the presets re-exported: the experiments import them from here
 
 ALGORITHMS = ("ssbj", "meshjoin")
+
+
+class SchemaMaster(MasterScan, Protocol):
+    """A master scan that knows its projected schema (ArrowMaster, SqlMasterScan)."""
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Arrow schema of the projected master columns."""
+        ...
+
+
+# R as a run reads it, given b: default the data set's table held in memory (ArrowMaster)
+MasterFactory = Callable[[int], SchemaMaster]
 
 
 # ---------------------------------------------------------------------------- runs
@@ -112,8 +128,34 @@ def _run(
     record_steps: bool = False,
     warm_cycles: int | None = None,
     measure_cycles: int | None = None,
+    master_factory: MasterFactory | None = None,
 ) -> Json:
-    """Warm up, then measure whole R-cycles of one algorithm on ``ds``; see the module doc."""
+    """Warm up, then measure whole R-cycles of one algorithm on ``ds``; see the module doc.
+
+    ``master_factory`` reads R from elsewhere (a database) instead of ``ds.master`` in memory.
+    """
+    if master_factory is None:
+        master: SchemaMaster = ArrowMaster(ds.master, cfg.partition_rows)
+    else:
+        master = master_factory(cfg.partition_rows)
+    try:
+        return _measure(ds, cfg, p, model, master, record_steps, warm_cycles, measure_cycles)
+    finally:
+        close = getattr(master, "close", None)
+        if close is not None:
+            close()
+
+
+def _measure(
+    ds: Dataset,
+    cfg: RunConfig,
+    p: Preset,
+    model: CostModel,
+    master: SchemaMaster,
+    record_steps: bool,
+    warm_cycles: int | None,
+    measure_cycles: int | None,
+) -> Json:
     spec = JoinSpec(
         stream_key=ds.stream_key,
         master_key=ds.master_key,
@@ -130,8 +172,7 @@ def _run(
         # at least one stream tuple per step, however small the budget
         min_chunk_bytes=max(1, math.ceil(ds.v_s)),
     )
-    master = ArrowMaster(ds.master, cfg.partition_rows)
-    op = SemiStreamJoin(spec, master, ds.stream_schema, ds.master.schema, cost_model=model)
+    op = SemiStreamJoin(spec, master, ds.stream_schema, master.schema, cost_model=model)
     batches = ds.batches(p.batch_rows, p.max_stream_rows)
     need = p.max_step_tuples
     exhausted = False
@@ -304,6 +345,14 @@ class Bench:
         self._runs: dict[tuple[Any, ...], Json] = {}
         self._data: dict[tuple[Any, ...], Dataset] = {}
 
+    def derived(self, **changes: Any) -> Bench:
+        """Return a bench with preset fields changed, sharing this one's cost model, clock and log."""
+        child = Bench(replace(self.p, **changes), self.work_dir, self.seed, self._log)
+        child._t0 = self._t0
+        child._model = self.model()
+        child.calibration = self.calibration
+        return child
+
     def log(self, msg: str) -> None:
         """Progress line with the elapsed time."""
         self._log(f"[{time.perf_counter() - self._t0:7.1f}s] {msg}")
@@ -391,11 +440,13 @@ class Bench:
         partition_rows: int | None = None,
         pieces: bool = False,
         threads: int = 1,
+        **kw: Any,
     ) -> Json:
         """SSBJ and MESHJOIN with the same memory budget and b (planned unless given); rates and their ratio.
 
         ``pieces``: the disk phase reads partitions in pieces (planned with b, the same for both).
         ``threads``: ``JoinSpec.threads`` of both (only SSBJ's complete cache uses more than one).
+        ``kw`` go to every run (e.g. ``master_factory``).
         """
         rows: int | None = None
         try:
@@ -419,7 +470,7 @@ class Bench:
             )
             for algo in ALGORITHMS
         ]
-        for algo, r in zip(ALGORITHMS, self.runs(ds, cfgs), strict=True):
+        for algo, r in zip(ALGORITHMS, self.runs(ds, cfgs, **kw), strict=True):
             out[algo] = r
         out["ratio_service_rate"] = _ratio(out["ssbj"]["service_rate"], out["meshjoin"]["service_rate"])
         out["ratio_e2e_cpu"] = _ratio(out["ssbj"]["e2e_rate_cpu"], out["meshjoin"]["e2e_rate_cpu"])
