@@ -266,7 +266,7 @@ def summarize(exps: dict[str, Json]) -> Json:
                     f"bound {_fmt_ratio(pt['bound']['ratio'])}, efficiency "
                     f"{'-' if eff is None else f'{eff:.2f}'}, MESHJOIN {pt['meshjoin_vs_own_bound']:.2f} of M/v_S, "
                     f"c_loop at equal w {_fmt_ratio(pt.get('c_loop_ratio_same_w'))}, "
-                    f"budget/waiting tuple {pt['budget_bytes_per_waiting_tuple_over_v_s']:.2f} v_S",
+                    f"budget/waiting tuple {pt['budget_bytes_per_waiting_tuple_over_v_s']:.2f} v_S" + _at_peak(pt),
                 ]
             )
             if name == "bound" and pt["skew"] == 1.0 and not pt["drifting"]:
@@ -373,6 +373,12 @@ def write_report(doc: Json, path: Path) -> None:
         if table:
             lines += ["", "## Where the efficiency goes with R in SQLite (experiment bound_sql)", "", *table]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _at_peak(pt: Json) -> str:
+    """Format the budget per tuple H_S holds at the step's peak (absent from older runs)."""
+    v = pt.get("budget_bytes_per_waiting_tuple_at_peak_over_v_s")
+    return "" if v is None else f" at the step's end, {v:.2f} at its peak"
 
 
 def run(args: argparse.Namespace) -> int:

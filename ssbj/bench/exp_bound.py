@@ -116,6 +116,9 @@ def bound_point(
         k = r["partitions"]
         r["tuples_per_r_cycle"] = r["w_per_step"] * k
         r["budget_bytes_per_waiting_tuple"] = budget / max(r["hs_tuples_mean"], 1.0)
+        # H_S at the step's peak: the new chunk in, the oldest not yet expired (k chunks of
+        # w_S); at the step's end, where hs_tuples_mean is taken, one chunk's slot is free
+        r["budget_bytes_per_waiting_tuple_at_peak"] = budget / max(r["w_s_per_step"] * k, 1.0)
         r["hs_bytes_per_waiting_tuple"] = r["memory_components_mean"].get("h_s", 0.0) / max(r["hs_tuples_mean"], 1.0)
         r["c_loop_per_tuple"] = r["c_loop_mean"] / max(r["w_per_step"], 1e-9)
     # MESHJOIN at SSBJ's w (fixed chunk of the same bytes, no budget): c_loop at equal w
@@ -158,6 +161,7 @@ def bound_point(
     out["tuples_per_r_cycle_ratio"] = _ratio(s["tuples_per_r_cycle"], m["tuples_per_r_cycle"])
     out["c_loop_ratio"] = _ratio(s["c_loop_mean"], m["c_loop_mean"])
     out["budget_bytes_per_waiting_tuple_over_v_s"] = s["budget_bytes_per_waiting_tuple"] / ds.v_s
+    out["budget_bytes_per_waiting_tuple_at_peak_over_v_s"] = s["budget_bytes_per_waiting_tuple_at_peak"] / ds.v_s
     out["efficiency_factors"] = efficiency_factors(out)
     out["meshjoin_budget_bytes_per_waiting_tuple_over_v_s"] = m["budget_bytes_per_waiting_tuple"] / ds.v_s
     return out

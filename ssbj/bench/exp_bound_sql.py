@@ -14,8 +14,8 @@ efficiency factors as the in-memory experiment. b is planned as for any master t
 not stream pieces (the disk buffer is charged a whole partition), the same for both. An
 R-cycle takes seconds, so fewer R-cycles are measured than in memory (at most ``MEASURE``,
 in ``REPS`` interleaved repetitions); the warm-up is the preset's, as in memory (SSBJ's
-cache is still filling after six R-cycles: a first run warmed up for six held 13% fewer
-tuples per R-cycle at 10% of R).
+cache is still filling after six R-cycles: a first run warmed up for six held 560k tuples
+per R-cycle at 10% of R, one warmed up for twelve 599k, at a b 25% larger).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MEASURE = 3
 REPS = 2
 INSERT_ROWS = 100_000  # rows per executemany while the table is written
 READ_SIZES = (500, 2_000)  # partitions (k) of the two read-cost samples
-READS = 8  # partitions timed at each size
+READS = 16  # partitions timed at each size
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,25 +70,30 @@ def write_table(engine: sa.Engine, master: pa.Table, table: str, page: str) -> N
 
 
 def read_costs(factory: SqlMaster, r_rows: int) -> tuple[float, float]:
-    """Nanoseconds per partition query and per row read, fitted to reads of two partition sizes.
+    """Nanoseconds per partition query and per row read, from the median reads of two partition sizes.
 
     The in-memory calibration has no read in it; these go into its ``c_fixed`` and
-    ``c_io_row`` so that the planner prices a partition as this source reads it.
+    ``c_io_row`` so that the planner prices a partition as this source reads it. Medians,
+    not a least-squares line: one slow read (a page-cache miss) moved the fitted query
+    cost 2x between two runs.
     """
-    sizes, secs = [], []
+    med: list[tuple[float, float]] = []
     for k in READ_SIZES:
         scan = factory(max(1, -(-r_rows // k)))
         try:
             n = scan.num_partitions()
+            rows, secs = [], []
             for p in range(0, n, max(1, n // READS)):
                 t = time.perf_counter()
-                rows = scan.read_partition(p).num_rows
+                rows.append(scan.read_partition(p).num_rows)
                 secs.append(time.perf_counter() - t)
-                sizes.append(rows)
+            med.append((float(np.median(rows)), float(np.median(secs))))
         finally:
             scan.close()
-    per_row, per_query = np.polyfit(np.array(sizes, dtype=float), np.array(secs), 1)
-    return max(float(per_query), 0.0) * 1e9, max(float(per_row), 0.0) * 1e9
+    (r1, t1), (r2, t2) = med
+    per_row = max((t1 - t2) / max(r1 - r2, 1.0), 0.0)
+    per_query = max(t2 - r2 * per_row, 0.0)
+    return per_query * 1e9, per_row * 1e9
 
 
 def exp_bound_sql(bench: Bench) -> Json:
