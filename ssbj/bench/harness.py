@@ -258,6 +258,8 @@ def _measure(
                     "b": m.b,
                     "w_n": m.w_n + m.null_keys,
                     "w_s": m.w_s,
+                    # H_S as the partition probed it (ssbj.core.reporting.step_metrics)
+                    "hs": m.hs_tuples + m.w_s if m.b else 0,
                     "output_rows": m.output_rows,
                     "c_loop_measured": m.c_loop_measured,
                     "c_loop_predicted": m.c_loop_predicted,
@@ -503,7 +505,9 @@ def exp_calibration(bench: Bench) -> Json:
                     measure_cycles=p.calib_cycles,
                 )
                 for s in r["steps"]:
-                    samples.append((StepCost(s["b"], s["w_n"], s["w_s"], s["output_rows"]), s["c_loop_measured"]))
+                    samples.append(
+                        (StepCost(s["b"], s["w_n"], s["w_s"], s["output_rows"], s["hs"]), s["c_loop_measured"])
+                    )
         bench.log(f"  calibration skew {skew:g}: {len(samples)} steps so far")
     consts = calibrate(samples)
     bench.set_model(consts)

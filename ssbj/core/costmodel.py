@@ -15,12 +15,16 @@ from ssbj.errors import ConfigError, InputError
 
 @dataclass(frozen=True)
 class StepCost:
-    """Sizes of one loop iteration: b master tuples, w_N cache-phase and w_S disk-phase tuples."""
+    """Sizes of one loop iteration: b master tuples, w_N cache-phase and w_S disk-phase tuples.
+
+    ``hs``: tuples in H_S while the partition probes it (0: not known, priced as a small H_S).
+    """
 
     b: int
     w_n: int
     w_s: int
     n_out: int
+    hs: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,10 @@ class CostConstants:
     # one more piece of a partition read in pieces (JoinSpec.disk_chunk_rows): encoding its
     # keys, one kernel call, its takes (measured: ssbj.bench / docs/bound.md)
     c_piece: float = 120_000.0
+    # a master row's probe costs more as H_S grows: its reads into H_S's value index and
+    # links leave the caches (32-41 ns a row at <= 18k tuples, 58-63 ns at ~100k, 98 ns at
+    # 320k; bench/results/costmodel): ns more per master row per million tuples in H_S
+    c_hs: float = 0.0
 
     def save(self, path: str | Path) -> None:
         """Write as JSON."""
@@ -74,7 +82,7 @@ class CostModel:
         k = self.k
         ns = (
             k.c_fixed
-            + s.b * (k.c_io_row + k.c_h + k.c_b)
+            + s.b * (k.c_io_row + k.c_h + k.c_b + 1e-6 * s.hs * k.c_hs)
             + s.w_n * (k.c_s + k.c_h)
             + s.w_s * (k.c_e + k.c_s + k.c_a)
             + s.n_out * k.c_o
@@ -106,19 +114,20 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
     """Fit the constants to measured (step, c_loop seconds) samples by relative least squares.
 
     Eq. 2 is linear in the constants; only the sums that multiply one feature (b, w_N,
-    w_S, outputs) are identifiable from whole-step timings, so the fit keeps those sums
-    exactly and splits each among its constants in the default ratios.
+    w_S, outputs, b x tuples in H_S) are identifiable from whole-step timings, so the fit
+    keeps those sums exactly and splits each among its constants in the default ratios.
+    Samples without H_S's size (``hs`` = 0) leave ``c_hs`` at 0.
     """
     if len(samples) < 5:
         raise InputError(f"calibration needs at least 5 measured steps, got {len(samples)}")
-    x = np.array([[1.0, s.b, s.w_n, s.w_s, s.n_out] for s, _ in samples])
+    x = np.array([[1.0, s.b, s.w_n, s.w_s, s.n_out, 1e-6 * s.b * s.hs] for s, _ in samples])
     y = np.array([t * 1e9 for _, t in samples])
     # relative least squares (each row divided by its measurement): steps of every size
     # count alike, so the fit holds from tiny to large iterations instead of only the large
     wgt = 1.0 / np.maximum(y, 1.0)
     coef, *_ = np.linalg.lstsq(x * wgt[:, None], y * wgt, rcond=None)
     coef = np.maximum(coef, 0.0)
-    c_fixed, g_b, g_n, g_s, c_o = (float(v) for v in coef)
+    c_fixed, g_b, g_n, g_s, c_o, c_hs = (float(v) for v in coef)
     # Eq. 2 groups: g_b = c_io + c_h + c_b, g_n = c_s + c_h, g_s = c_e + c_s + c_a.
     # c_h must lie in [max(0, g_n - g_s), min(g_b, g_n)] for every constant to be >= 0 with
     # every group sum kept; within that, the default split (c_h = 0.7 g_n) where possible.
@@ -137,6 +146,7 @@ def calibrate(samples: list[tuple[StepCost, float]]) -> CostConstants:
         c_a=rest_s * d.c_a / (d.c_a + d.c_e),
         c_e=rest_s * d.c_e / (d.c_a + d.c_e),
         c_o=c_o,
+        c_hs=c_hs,
     )
 
 
@@ -253,7 +263,7 @@ def plan_memory(
                 continue
             w = w_s * served
             w_n = int(w - w_s)
-            step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n)
+            step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n, hs=k * w_s)
             c = model.c_loop(step) + 1e-9 * model.k.c_piece * (math.ceil(b / rows) - 1)
             mu = (w_s + w_n) / c
             if best is None or mu > best.predicted_service_rate:

@@ -49,7 +49,9 @@ def step_metrics(
     disk_s: float,
 ) -> StepMetrics:
     """Metrics of the step that just ended (its sizes, phase seconds, memory at its end)."""
-    predicted = op.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out))
+    # H_S as the partition probed it: what it holds now and the chunk that just expired
+    probed = op.hs.live + w_s if b else 0
+    predicted = op.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out, hs=probed))
     done = op._c.served_cache + op._c.served_disk + op._c.served_lookup + op._c.null_keys
     mem = op.memory()
     op._peak = max(op._peak, mem.total)

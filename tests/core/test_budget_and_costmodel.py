@@ -100,10 +100,27 @@ def test_cost_model_eq2_eq3() -> None:
     ns = 1000 + 10 * (1 + 2 + 3) + 20 * (4 + 2) + 30 * (6 + 4 + 5) + 40 * 7
     assert m.c_loop(s) == pytest.approx(ns * 1e-9)
     assert m.service_rate(s) == pytest.approx(50 / (ns * 1e-9))
+    # a larger H_S makes each master row's probe dearer (c_hs: ns per row per million tuples)
+    big = CostModel(replace(k, c_hs=200.0))
+    assert big.c_loop(s) == m.c_loop(s)  # H_S's size not given
+    s_hs = replace(s, hs=500_000)
+    assert big.c_loop(s_hs) == pytest.approx((ns + 10 * 100.0) * 1e-9)
+
+
+def test_calibration_without_hs_sizes_leaves_c_hs_at_zero() -> None:
+    truth = CostModel(CostConstants(c_fixed=50_000, c_h=30, c_s=10, c_o=100))
+    rng = np.random.default_rng(2)
+    samples = []
+    for _ in range(20):
+        s = StepCost(b=int(rng.integers(100, 100_000)), w_n=0, w_s=int(rng.integers(0, 5_000)), n_out=0)
+        samples.append((s, truth.c_loop(s)))
+    assert calibrate(samples).c_hs == 0.0
 
 
 def test_calibration_recovers_the_model_it_was_fed() -> None:
-    truth = CostModel(CostConstants(c_fixed=50_000, c_io_row=20, c_h=30, c_b=4, c_s=10, c_a=50, c_e=20, c_o=100))
+    truth = CostModel(
+        CostConstants(c_fixed=50_000, c_io_row=20, c_h=30, c_b=4, c_s=10, c_a=50, c_e=20, c_o=100, c_hs=250)
+    )
     rng = np.random.default_rng(1)
     samples = []
     for _ in range(40):
@@ -112,6 +129,7 @@ def test_calibration_recovers_the_model_it_was_fed() -> None:
             w_n=int(rng.integers(0, 50_000)),
             w_s=int(rng.integers(0, 50_000)),
             n_out=int(rng.integers(0, 100_000)),
+            hs=int(rng.integers(0, 1_000_000)),
         )
         samples.append((s, truth.c_loop(s)))
     fitted = CostModel(calibrate(samples))
