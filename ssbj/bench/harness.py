@@ -490,8 +490,10 @@ def exp_calibration(bench: Bench) -> Json:
     bench.log("calibration")
     default = CostModel()
     samples: list[tuple[StepCost, float]] = []
-    for skew in (0.0, 1.0):
-        ds = synthetic_dataset(p, p.r_small, skew, bench.seed + 1000)
+    # two sizes of R: b x (tuples in H_S) is |R| x w_S in a steady step, so with one |R| the
+    # probe's growth with H_S (c_hs) cannot be told from a cost per waiting tuple
+    for skew, r_rows in ((0.0, p.r_small), (1.0, p.r_small), (1.0, max(1, p.r_small // 4))):
+        ds = synthetic_dataset(p, r_rows, skew, bench.seed + 1000)
         for k, chunk in p.calib_configs:
             for algo in ALGORITHMS:
                 b = max(1, -(-ds.r_rows // k))
@@ -508,7 +510,7 @@ def exp_calibration(bench: Bench) -> Json:
                     samples.append(
                         (StepCost(s["b"], s["w_n"], s["w_s"], s["output_rows"], s["hs"]), s["c_loop_measured"])
                     )
-        bench.log(f"  calibration skew {skew:g}: {len(samples)} steps so far")
+        bench.log(f"  calibration skew {skew:g}, |R| = {r_rows:,}: {len(samples)} steps so far")
     consts = calibrate(samples)
     bench.set_model(consts)
     model = CostModel(consts)
@@ -522,7 +524,7 @@ def exp_calibration(bench: Bench) -> Json:
         "r_squared": 1.0 - ss_res / ss_tot if ss_tot > 0 else None,
         "median_abs_rel_error": float(np.median(np.abs(pred - meas) / meas)),
         "configs": [list(c) for c in p.calib_configs],
-        "r_rows": p.r_small,
+        "r_rows": [p.r_small, max(1, p.r_small // 4)],
     }
 
 
