@@ -55,7 +55,9 @@ def main() -> None:
             pred.append(np.median([s["c_loop_predicted"] for s in st]))
             ws.append(np.mean([s["w_s"] for s in st]))
         m, q, x = float(np.median(meas)), float(np.median(pred)), float(np.mean(ws))
-        per_row = (m - (q - b * consts.c_h * 1e-9)) * 1e9 / b  # the rest of the step priced by Eq. 2
+        # the rest of the step priced by Eq. 2 (its probe term, c_h and c_hs at this H_S, taken out)
+        probe = b * (consts.c_h + 1e-6 * x * k * consts.c_hs) * 1e-9
+        per_row = (m - (q - probe)) * 1e9 / b
         row = [f"{k}", f"{b:,}", f"{x:,.0f}", f"{x * k:,.0f}", f"{m * 1e3:.3f} ms", f"{q * 1e3:.3f} ms"]
         print("| " + " | ".join([*row, f"{m / q:.2f}", f"{per_row:.1f}"]) + " |", flush=True)
 
