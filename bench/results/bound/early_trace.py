@@ -24,7 +24,8 @@ sys.path.insert(0, "bench/results/bound")
 import stepcost_ab as SA
 
 from ssbj.bench.exp_bound import SAMPLE_ROWS, issue_dataset
-from ssbj.bench.harness import PRESETS, ArrowMaster, Bench, JoinSpec, SemiStreamJoin
+from ssbj.bench.harness import PRESETS, Bench
+from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
 from ssbj.core.bound import key_distribution, memory_optimal_bound
 from ssbj.core.budget import breakdown
 

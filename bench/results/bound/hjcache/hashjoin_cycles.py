@@ -10,7 +10,8 @@ import os
 import sys
 import time
 
-from ssbj.bench.harness import PRESETS, ArrowMaster, synthetic_dataset
+from ssbj.bench.harness import PRESETS, synthetic_dataset
+from ssbj.core import ArrowMaster
 from ssbj.core.costmodel import CostModel
 from ssbj.core.operator import JoinSpec, SemiStreamJoin
 
