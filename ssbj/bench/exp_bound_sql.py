@@ -29,6 +29,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from ssbj.adapters.master_sql import SqlMasterScan
+from ssbj.adapters.sql_tables import sql_type_for_arrow
 from ssbj.bench.exp_bound import bound_point, issue_dataset
 from ssbj.bench.harness import Bench, Json
 
@@ -57,11 +58,8 @@ class SqlMaster:
 
 
 def write_table(engine: sa.Engine, master: pa.Table, table: str, page: str) -> None:
-    """Create ``table`` from ``master`` (int64 and binary columns) with primary key ``page``, and fill it."""
-    cols = [
-        sa.Column(f.name, sa.BigInteger if f.type == pa.int64() else sa.LargeBinary, primary_key=f.name == page)
-        for f in master.schema
-    ]
+    """Create ``table`` from ``master`` (the sink's column types) with primary key ``page``, and fill it."""
+    cols = [sa.Column(f.name, sql_type_for_arrow(f.type), primary_key=f.name == page) for f in master.schema]
     t = sa.Table(table, sa.MetaData(), *cols)
     t.create(engine)
     insert = str(t.insert().compile(dialect=engine.dialect))  # positional marks, names quoted by the dialect

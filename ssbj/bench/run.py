@@ -22,6 +22,7 @@ from ssbj.bench.presets import Json, Preset
 from ssbj.contracts import MasterScan
 from ssbj.core import ArrowMaster, CostModel, JoinSpec, SemiStreamJoin
 from ssbj.core.budget import breakdown
+from ssbj.core.costmodel import probed_hs
 from ssbj.core.spec import Switching
 
 ALGORITHMS = ("ssbj", "meshjoin")
@@ -212,8 +213,7 @@ def _measure(
                     "b": m.b,
                     "w_n": m.w_n + m.null_keys,
                     "w_s": m.w_s,
-                    # H_S as the partition probed it (ssbj.core.reporting.step_metrics)
-                    "hs": m.hs_tuples + m.w_s if m.b else 0,
+                    "hs": probed_hs(m.hs_tuples, m.w_s, m.b),
                     "output_rows": m.output_rows,
                     "c_loop_measured": m.c_loop_measured,
                     "c_loop_predicted": m.c_loop_predicted,

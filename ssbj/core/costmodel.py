@@ -27,6 +27,15 @@ class StepCost:
     hs: int = 0
 
 
+def probed_hs(hs_after: int, w_s: int, b: int) -> int:
+    """Tuples in H_S while a step's partition of ``b`` rows probed it (:attr:`StepCost.hs`).
+
+    Those it holds after the step and, about as many as entered, the chunk it expired; 0
+    when the step read no partition.
+    """
+    return hs_after + w_s if b else 0
+
+
 @dataclass(frozen=True)
 class CostConstants:
     """Nanoseconds per unit (Table 1); grouped as they appear in Eq. 2.

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ssbj.contracts import OperatorTotals
 from ssbj.core import complete as CC
-from ssbj.core.costmodel import StepCost
+from ssbj.core.costmodel import StepCost, probed_hs
 from ssbj.core.metrics import MemoryReport, StepMetrics
 from ssbj.core.prefetch import prefetched_nbytes, read_seconds
 
@@ -49,9 +49,8 @@ def step_metrics(
     disk_s: float,
 ) -> StepMetrics:
     """Metrics of the step that just ended (its sizes, phase seconds, memory at its end)."""
-    # H_S as the partition probed it: what it holds now and the chunk that just expired
-    probed = op.hs.live + w_s if b else 0
-    predicted = op.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out, hs=probed))
+    hs = probed_hs(op.hs.live, w_s, b)
+    predicted = op.cost_model.c_loop(StepCost(b=b, w_n=w_n + w_null, w_s=w_s, n_out=n_out, hs=hs))
     done = op._c.served_cache + op._c.served_disk + op._c.served_lookup + op._c.null_keys
     mem = op.memory()
     op._peak = max(op._peak, mem.total)
