@@ -120,6 +120,11 @@ def bound_point(
         # w_S); at the step's end, where hs_tuples_mean is taken, one chunk's slot is free
         r["budget_bytes_per_waiting_tuple_at_peak"] = budget / max(r["w_s_per_step"] * k, 1.0)
         r["hs_bytes_per_waiting_tuple"] = r["memory_components_mean"].get("h_s", 0.0) / max(r["hs_tuples_mean"], 1.0)
+        # H_S's bytes are its capacity, sized for the peak: per tuple at the peak is the
+        # overhead a waiting tuple really costs (at the end the free chunk slot inflates it)
+        r["hs_bytes_per_waiting_tuple_at_peak"] = r["memory_components_mean"].get("h_s", 0.0) / max(
+            r["w_s_per_step"] * k, 1.0
+        )
         r["c_loop_per_tuple"] = r["c_loop_mean"] / max(r["w_per_step"], 1e-9)
     # MESHJOIN at SSBJ's w (fixed chunk of the same bytes, no budget): c_loop at equal w
     same_w = RunConfig(
@@ -141,7 +146,7 @@ def bound_point(
     rf = s.get("r_filter") or {}
     fixed = mc.get("disk_buffer", 0.0) + s["memory_components_mean"].get("key_table", 0.0) + sb.get("r_filter", 0.0)
     ov = Overheads(
-        o_s=max(m["hs_bytes_per_waiting_tuple"] - ds.v_s, 0.0),
+        o_s=max(m["hs_bytes_per_waiting_tuple_at_peak"] - ds.v_s, 0.0),
         o_r=4.0,  # partition tag per cached row
         # H_R index entry: key, used, start, length, f_count, since at the index's load
         e_r=KeyedTable.bytes_for(1, 4, 4) / INDEX_LOAD,
@@ -155,6 +160,12 @@ def bound_point(
     out["efficiency_vs_structural"] = (
         ratio / structural.ratio if ratio is not None and math.isfinite(structural.ratio) else None
     )
+    # each algorithm's tuples per R-cycle over its own N in the structural solve: where the
+    # memory-use factor's loss lies (the ratio of the two Ns does not depend on o_S)
+    out["ssbj_vs_structural_n"] = (
+        s["tuples_per_r_cycle"] / structural.n_ssbj if math.isfinite(structural.n_ssbj) else None
+    )
+    out["meshjoin_vs_structural_n"] = m["tuples_per_r_cycle"] / structural.n_meshjoin
     out["efficiency"] = ratio / bound.ratio if ratio is not None and math.isfinite(bound.ratio) else None
     out["meshjoin_vs_own_bound"] = m["tuples_per_r_cycle"] / bound.n_meshjoin
     out["ssbj_vs_bound_n"] = s["tuples_per_r_cycle"] / bound.n_ssbj if math.isfinite(bound.n_ssbj) else None
@@ -249,7 +260,9 @@ FACTORS_NOTE = [
     "this implementation's per-tuple, per-row and per-entry bytes and fixed structures priced in) x",
     "*memory use* (tuples per R-cycle SSBJ / MESHJOIN over the structural bound) x *R-cycle time*",
     "(service-rate ratio over tuples-per-R-cycle ratio: MESHJOIN's R-cycle time over SSBJ's; the bound",
-    "assumes 1, which holds where reading R dominates both, not for a master in memory).",
+    "assumes 1, which holds where reading R dominates both, not for a master in memory). The last two",
+    "columns place the memory-use loss: each algorithm's tuples per R-cycle over its own N in the",
+    "structural solve (o_S taken at the step's peak, when H_S holds k chunks).",
 ]
 
 
@@ -257,8 +270,9 @@ def factors_markdown(res: Json) -> list[str]:
     """Where the efficiency goes, per point with a finite bound (:func:`efficiency_factors`)."""
     lines = [
         "| setting | bound | structural bound | tuples per R-cycle S / M | service rate S / M "
-        "| structures | memory use | R-cycle time | efficiency |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| structures | memory use | R-cycle time | efficiency | SSBJ / its structural N "
+        "| MESHJOIN / its structural N |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pt in res.get("points", []):
         f = efficiency_factors(pt)
@@ -268,9 +282,15 @@ def factors_markdown(res: Json) -> list[str]:
         lines.append(
             f"| {setting} | {pt['bound']['ratio']:.2f}x | {pt['structural_bound']['ratio']:.2f}x "
             f"| {pt['tuples_per_r_cycle_ratio']:.2f}x | {pt['ratio_service_rate']:.2f}x "
-            f"| {f['structures']:.2f} | {f['memory_use']:.2f} | {f['r_cycle_time']:.2f} | {pt['efficiency']:.2f} |"
+            f"| {f['structures']:.2f} | {f['memory_use']:.2f} | {f['r_cycle_time']:.2f} | {pt['efficiency']:.2f} "
+            f"| {_share(pt.get('ssbj_vs_structural_n'))} | {_share(pt.get('meshjoin_vs_structural_n'))} |"
         )
     return lines if len(lines) > 2 else []
+
+
+def _share(v: float | None) -> str:
+    """Format a share of an N (older results have none)."""
+    return "-" if v is None else f"{v:.2f}"
 
 
 def _x(v: float | None, unit: str = "x") -> str:

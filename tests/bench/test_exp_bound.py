@@ -42,3 +42,10 @@ def test_the_table_has_one_row_per_point_with_a_bound() -> None:
     rows = factors_markdown({"points": [_point(3.18, 2.07, 1.75, 1.34), _point(math.inf, math.inf, 9.0, 8.0)]})
     assert len(rows) == 3  # header, rule, one point
     assert "| 0.65 | 0.85 | 0.77 | 0.42 |" in rows[2]
+
+
+def test_the_table_places_the_memory_use_loss_when_the_shares_are_known() -> None:
+    pt = _point(3.18, 2.07, 1.75, 1.34)
+    assert "| - | - |" in factors_markdown({"points": [pt]})[2]  # results from before the shares
+    pt.update(ssbj_vs_structural_n=0.84, meshjoin_vs_structural_n=0.98)
+    assert factors_markdown({"points": [pt]})[2].endswith("| 0.42 | 0.84 | 0.98 |")
