@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit
+
+from ssbj.core.jit import njit
 
 
 @njit(cache=True)

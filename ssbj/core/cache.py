@@ -21,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit
 
 from ssbj.core.empties import EmptySet
 from ssbj.core.hashing import MAX_LOAD, KeyedTable, capacity_for, kset_delete_keys, kset_find, kset_rehash
 from ssbj.core.hrmerge import merge_runs, reorder_column
+from ssbj.core.jit import njit
 from ssbj.core.keys import encode_keys
 from ssbj.core.refresh import HR_LEN, HR_START, refresh_pairs, rows_equal
 from ssbj.core.rowsize import held_nbytes

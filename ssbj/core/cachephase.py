@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import take_rows
@@ -19,6 +18,7 @@ from ssbj.core.empties import es_find, es_hit
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hs import hs_insert
 from ssbj.core.interest import interest_test
+from ssbj.core.jit import njit
 from ssbj.core.refresh import HR_LEN, HR_START
 from ssbj.core.rfilter import rf_test
 

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core import switching as SW
@@ -42,6 +41,7 @@ from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, mix
 from ssbj.core.hsindex import EMPTY
 from ssbj.core.interest import interest_test
+from ssbj.core.jit import njit
 from ssbj.core.refresh import refresh_pairs, rows_equal
 from ssbj.core.resident import remember, views_of_resident
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core import lanes
 from ssbj.core.arrowtypes import take_rows
 from ssbj.core.cachephase import answer_hits
 from ssbj.core.hashing import home, kset_find, mix
+from ssbj.core.jit import njit
 from ssbj.core.refresh import HR_LEN, HR_START
 from ssbj.core.rowsize import held_nbytes
 

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core.arrowtypes import plain_table, take_rows
 from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, store_append, take_all_rows
 from ssbj.core.diskprobe import disk_probe
 from ssbj.core.hs import SWITCHING, eligible_before, since_mark
+from ssbj.core.jit import njit
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
 from ssbj.core.resident import buffer_ids

@@ -9,7 +9,6 @@ tuples H_S holds (one call's arrays alive at a time).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.empties import es_find
 from ssbj.core.hashing import kset_find, kset_slot, mix
@@ -26,6 +25,7 @@ from ssbj.core.hs import (
 from ssbj.core.hsindex import ix_find
 from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
 from ssbj.core.interest import interest_set, interest_test
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

@@ -17,10 +17,10 @@ lookup early; exactness never depends on the filter. Its bytes count in the budg
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.hashing import mix
 from ssbj.core.interest import interest_set, interest_test
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

@@ -30,7 +30,8 @@ memory held, and :attr:`EmptySet.nbytes` is their exact size (no spare capacity)
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return,assignment,operator"
 

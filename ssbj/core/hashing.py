@@ -9,7 +9,8 @@ target exactly instead of the next power of two. Deletion shifts later entries b
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ssbj.core.jit import njit
 
 # mypy cannot type numba-compiled bodies; see kernels' note
 # mypy: disable-error-code="return-value,arg-type,no-any-return"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
+from ssbj.core.jit import njit
 from ssbj.core.refresh import HR_LEN, HR_START
 
 # mypy: disable-error-code="no-any-return"

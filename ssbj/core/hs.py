@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core.hashing import TARGET_LOAD, capacity_for, home, kset_find, mix
 from ssbj.core.hsindex import (
@@ -43,6 +42,7 @@ from ssbj.core.hslinks import (
     lk_write,
     new_links,
 )
+from ssbj.core.jit import njit
 from ssbj.core.keys import decode_keys
 from ssbj.core.queue import Queue
 from ssbj.core.ringstore import RowRing

@@ -12,9 +12,9 @@ load and nothing else (:mod:`ssbj.core.hs` holds the ring and the chains).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.hashing import between, home, mix
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

@@ -11,7 +11,8 @@ tuples with them.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

@@ -21,9 +21,9 @@ the tables (dropping stale bits) at each R-cycle start. The same guarantee lets
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.hashing import mix
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

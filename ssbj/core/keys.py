@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit
 
 from ssbj.core.hashing import mix
+from ssbj.core.jit import njit
 from ssbj.errors import InputError
 
 

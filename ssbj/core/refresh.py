@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
+
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

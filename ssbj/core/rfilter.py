@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.hashing import mix
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

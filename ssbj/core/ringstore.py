@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core.hsrows import HSRows
+from ssbj.core.jit import njit
 from ssbj.errors import StateError
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.hashing import MAX_LOAD, TARGET_LOAD, KeyedTable, capacity_for, kset_delete, kset_delete_keys
 from ssbj.core.hs import (
@@ -31,6 +30,7 @@ from ssbj.core.hs import (
     since_mark,
     tracked_through,
 )
+from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core import budget as B
 from ssbj.core.hashing import kset_find
 from ssbj.core.hs import hs_remove
+from ssbj.core.jit import njit
 from ssbj.core.keys import is_exact
 from ssbj.core.refresh import HR_LEN, HR_START
 from ssbj.core.rfilter import OFF, rf_test

@@ -21,13 +21,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.cache import INDEX_LOAD
 from ssbj.core.hashing import KeyedTable, capacity_for, mix
 from ssbj.core.hs import ST_ROWS, ST_SINCE, ST_SWITCH, eligible_before
 from ssbj.core.hsindex import EMPTY, dec, ix_find
 from ssbj.core.hslinks import lk_get
+from ssbj.core.jit import njit
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from ssbj.core.cache import HR_SINCE, INDEX_LOAD
 from ssbj.core.hashing import KeyedTable, capacity_for, kset_slot
+from ssbj.core.jit import njit
 from ssbj.core.refresh import HR_LEN, HR_START
 
 if TYPE_CHECKING:

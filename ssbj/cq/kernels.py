@@ -14,9 +14,9 @@ leaving the join are gathered into ΔQ rows.  Linear probing with backward-shift
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ssbj.core.hashing import between, mix
+from ssbj.core.jit import njit
 
 # mypy cannot type numba-compiled bodies
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
