@@ -105,3 +105,39 @@ def test_chains_match_a_model_through_inserts_and_expiry_at_high_load(keys: list
         model.subtract(arr[a:upto].tolist())
         assert hs.values == sum(1 for v in model.values() if v > 0)
         assert {k: hs.chain_length(k) for k in range(-1, 42)} == {k: model[k] for k in range(-1, 42)}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_thousands_of_values_are_found_through_inserts_and_expiry_in_a_crowded_index(seed: int) -> None:
+    """Thousands of values at ~0.9 load: long clusters, deletions shifting words back while others come in."""
+    rng = np.random.default_rng(seed)
+    arr = rng.integers(0, 6000, 12000).astype(np.int64)
+    chunk = 1500
+    hs = StreamTable(pa.schema([("sk", pa.int64())]), "sk", "int", store_key=False, cap=len(arr) + 1)
+    hs.hix = np.full(int(4000 / 0.9) + 1, EMPTY, dtype=np.uint32)
+    model: Counter[int] = Counter()
+    probe = np.arange(-5, 6005)
+
+    def check() -> None:
+        got = np.array([hs.chain_length(int(k)) for k in probe])
+        assert (got == np.array([model[int(k)] for k in probe])).all()
+
+    for a in range(0, len(arr), chunk):
+        if a >= 4 * chunk:  # a window of four chunks
+            upto = a - 3 * chunk
+            _, _, _, gone = hs_expire(
+                hs.hix, hs.ring_key, hs.link, hs.cap, hs.hi, hs.lo, upto, False, 0.0, 1.0, 1.0,
+                np.zeros(8, np.int64), np.zeros(8, np.bool_), np.zeros((8, 5), np.int32),
+            )  # fmt: skip
+            hs.rows.drop_before(upto)
+            hs.values -= int(gone)
+            model.subtract(arr[upto - chunk : upto].tolist())
+        part = arr[a : a + chunk]
+        hs.values += hs_insert(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, part)
+        hs.rows.append(pa.table({"sk": pa.array(part)}))
+        hs.live += len(part)
+        model.update(part.tolist())
+        assert hs.values == sum(1 for v in model.values() if v > 0)
+        check()
+    hs.rebuild_index(len(hs.hix))  # rebuilt from the heads: the same answers
+    check()
