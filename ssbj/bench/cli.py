@@ -265,7 +265,7 @@ def summarize(exps: dict[str, Json]) -> Json:
                     _fmt_ratio(pt.get("ratio_service_rate")),
                     f"bound {_fmt_ratio(pt['bound']['ratio'])}, efficiency "
                     f"{'-' if eff is None else f'{eff:.2f}'}, MESHJOIN {pt['meshjoin_vs_own_bound']:.2f} of M/v_S, "
-                    f"c_loop at equal w {_fmt_ratio(pt.get('c_loop_ratio_same_w'))}, "
+                    f"c_loop at equal w {_fmt_ratio(pt.get('c_loop_ratio_same_w'))}" + _budgeted(pt) + ", "
                     f"budget/waiting tuple {pt['budget_bytes_per_waiting_tuple_over_v_s']:.2f} v_S" + _at_peak(pt),
                 ]
             )
@@ -373,6 +373,15 @@ def write_report(doc: Json, path: Path) -> None:
         if table:
             lines += ["", "## Where the efficiency goes with R in SQLite (experiment bound_sql)", "", *table]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _budgeted(pt: Json) -> str:
+    """C_loop at equal w against a budgeted MESHJOIN (its H_S index planned like SSBJ's), when measured."""
+    r = pt.get("c_loop_ratio_same_w_budgeted")
+    if r is None:
+        return ""
+    w = pt["meshjoin_same_w_budgeted"]["w_per_step"] / max(pt["ssbj"]["w_per_step"], 1e-9)
+    return f" ({_fmt_ratio(r)} against MESHJOIN under a budget at {w:.2f} of SSBJ's w)"
 
 
 def _at_peak(pt: Json) -> str:

@@ -20,7 +20,7 @@ set is re-drawn every ``drift_every`` tuples). For each skew, budget and drift s
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -136,6 +136,17 @@ def bound_point(
     mw = bench.run(ds, same_w, **kw)
     out["meshjoin_same_w"] = {k: mw[k] for k in ("w_per_step", "c_loop_mean", "service_rate", "partitions")}
     out["c_loop_ratio_same_w"] = _ratio(s["c_loop_mean"], mw["c_loop_mean"])
+    # the same, but MESHJOIN planned under a budget (its w scaled to SSBJ's): its H_S value
+    # index is then planned at the load SSBJ's is, where the unbudgeted one grows at a lower
+    # load, and the probe's cost follows the load (bench/results/bound/probe_state.py)
+    scale = s["w_per_step"] / max(m["w_per_step"], 1e-9)
+    budgeted = replace(same_w, chunk_bytes=max(1, int(budget * scale) // 16), memory_budget=int(budget * scale))
+    mb = bench.run(ds, budgeted, **kw)
+    out["meshjoin_same_w_budgeted"] = {
+        "memory_budget": budgeted.memory_budget,
+        **{k: mb[k] for k in ("w_per_step", "c_loop_mean", "service_rate", "partitions")},
+    }
+    out["c_loop_ratio_same_w_budgeted"] = _ratio(s["c_loop_mean"], mb["c_loop_mean"])
     ratio = pt["ratio_service_rate"]
     # the same solve with this implementation's structure sizes: what an exact per-value
     # cache built like this one could reach at best (entries are not free, tuples cost
