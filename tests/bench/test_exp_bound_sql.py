@@ -59,7 +59,8 @@ def test_a_small_run_reports_the_bound_and_its_factors(tmp_path: Path) -> None:
     f = efficiency_factors(pt)
     assert f is not None
     # each algorithm against its own N of the structural solve; MESHJOIN at SSBJ's w under a budget
-    assert 0 < pt["ssbj_vs_structural_n"] and 0 < pt["meshjoin_vs_structural_n"]
+    assert pt["ssbj_vs_structural_n"] > 0
+    assert pt["meshjoin_vs_structural_n"] > 0
     budgeted = pt["meshjoin_same_w_budgeted"]
     scale = pt["ssbj"]["w_per_step"] / pt["meshjoin"]["w_per_step"]
     assert budgeted["memory_budget"] == int(pt["budget"] * scale)

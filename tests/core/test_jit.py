@@ -19,7 +19,9 @@ def _digest_of(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         jit.sources_digest.cache_clear()
 
 
-def test_the_digest_follows_every_compiled_module_and_only_those(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_digest_follows_every_compiled_module_and_only_those(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "core").mkdir()
     helper = tmp_path / "core" / "helper.py"
     helper.write_text("from ssbj.core.jit import njit\n@njit(cache=True, inline='always')\ndef f(x): return x\n")

@@ -83,7 +83,7 @@ def timed(calls: list[tuple[Any, ...]]) -> tuple[float, int]:
 
 
 def relaid(calls: list[tuple[Any, ...]], load: float) -> list[tuple[Any, ...]]:
-    """The same calls with H_S's value index rebuilt from its heads at ``load``."""
+    """Return the same calls with H_S's value index rebuilt from its heads at ``load``."""
     out = []
     ix, rk, cp, hi = (NAMES.index(n) for n in ("hix", "ring_key", "cap", "hi"))
     for c in calls:
@@ -113,7 +113,9 @@ def main(frac: float, loads: list[float]) -> None:
         "min_chunk_bytes": math.ceil(ds.v_s),
     }
     s_spec = JoinSpec(algorithm="ssbj", chunk_bytes=max(1, budget // 16), memory_budget=budget, **common)
-    s_op = SemiStreamJoin(s_spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema, cost_model=bench.model())
+    s_op = SemiStreamJoin(
+        s_spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema, cost_model=bench.model()
+    )
     s_calls, s_shape, s_w = capture(s_op, ds, p)
     m_spec = JoinSpec(algorithm="meshjoin", chunk_bytes=max(1, int(s_w * ds.v_s)), **common)
     m_op = SemiStreamJoin(m_spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema)
