@@ -10,8 +10,9 @@ kernel of the package lives in a directory named after a hash of all the package
 sources that compile with numba, so any change to any of them starts a fresh cache.
 
 The directory is ``numba-<hash>`` under numba's ``CACHE_DIR`` when one is set, else under
-the package's ``__pycache__``; where it cannot be written numba falls back to its own
-locations. Numba's setting is changed only while a kernel is decorated.
+the package's ``__pycache__`` (older versions' directories there are removed an hour after
+their last write); where it cannot be written numba falls back to its own locations.
+Numba's setting is changed only while a kernel is decorated.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
@@ -30,6 +32,7 @@ from numba.core import config
 F = TypeVar("F", bound=Callable[..., Any])
 PACKAGE = Path(__file__).resolve().parent.parent  # ssbj/
 PREFIX = "numba-"
+STALE_SECONDS = 3600.0  # an older version's directory is removed this long after its last write
 
 
 @cache
@@ -46,14 +49,19 @@ def sources_digest() -> str:
 
 @cache
 def cache_dir() -> str:
-    """Directory of this source version's kernels (older versions' siblings in ``__pycache__`` are removed)."""
+    """Directory of this source version's kernels (stale siblings of older versions in ``__pycache__`` are removed)."""
     user = getattr(config, "CACHE_DIR", "")  # (numba's config module sets its names at run time)
     own = not user
     base = PACKAGE / "__pycache__" if own else Path(user)
     target = base / f"{PREFIX}{sources_digest()}"
     if own and not target.exists() and base.is_dir():
-        for old in base.glob(f"{PREFIX}*"):  # best effort: another process may still use one
-            shutil.rmtree(old, ignore_errors=True)
+        now = time.time()
+        for old in base.glob(f"{PREFIX}*"):
+            # best effort, and only an hour after its last write: a process of the older
+            # sources may still run, and numba fails when its directory vanishes under a save
+            with contextlib.suppress(OSError):
+                if now - old.stat().st_mtime > STALE_SECONDS:
+                    shutil.rmtree(old, ignore_errors=True)
     return str(target)
 
 

@@ -56,3 +56,28 @@ def test_an_uncached_kernel_is_plain_numba() -> None:
 
     assert inc(1) == 2
     assert not hasattr(inc._cache, "_cache_path")  # numba's NullCache
+
+
+def test_older_versions_directories_go_an_hour_after_their_last_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import time
+
+    cache = tmp_path / "__pycache__"
+    stale, recent = cache / "numba-0000000000000000", cache / "numba-1111111111111111"
+    for d in (stale, recent):
+        d.mkdir(parents=True)
+    hours_ago = time.time() - 2 * 3600
+    os.utime(stale, (hours_ago, hours_ago))
+    monkeypatch.setattr(jit, "PACKAGE", tmp_path)
+    monkeypatch.setattr(config, "CACHE_DIR", "")
+    jit.sources_digest.cache_clear()
+    jit.cache_dir.cache_clear()
+    try:
+        assert Path(jit.cache_dir()).parent == cache
+        assert not stale.exists()  # nobody wrote there for two hours
+        assert recent.exists()  # a process of those sources may still be running
+    finally:
+        jit.sources_digest.cache_clear()
+        jit.cache_dir.cache_clear()
