@@ -118,13 +118,13 @@ def bound_point(
         r["budget_bytes_per_waiting_tuple"] = budget / max(r["hs_tuples_mean"], 1.0)
         # H_S at the step's peak: the new chunk in, the oldest not yet expired (k chunks of
         # w_S); at the step's end, where hs_tuples_mean is taken, one chunk's slot is free
-        r["budget_bytes_per_waiting_tuple_at_peak"] = budget / max(r["w_s_per_step"] * k, 1.0)
-        r["hs_bytes_per_waiting_tuple"] = r["memory_components_mean"].get("h_s", 0.0) / max(r["hs_tuples_mean"], 1.0)
+        peak = max(r["w_s_per_step"] * k, 1.0)
+        hs_bytes = r["memory_components_mean"].get("h_s", 0.0)
+        r["budget_bytes_per_waiting_tuple_at_peak"] = budget / peak
+        r["hs_bytes_per_waiting_tuple"] = hs_bytes / max(r["hs_tuples_mean"], 1.0)
         # H_S's bytes are its capacity, sized for the peak: per tuple at the peak is the
         # overhead a waiting tuple really costs (at the end the free chunk slot inflates it)
-        r["hs_bytes_per_waiting_tuple_at_peak"] = r["memory_components_mean"].get("h_s", 0.0) / max(
-            r["w_s_per_step"] * k, 1.0
-        )
+        r["hs_bytes_per_waiting_tuple_at_peak"] = hs_bytes / peak
         r["c_loop_per_tuple"] = r["c_loop_mean"] / max(r["w_per_step"], 1e-9)
     # MESHJOIN at SSBJ's w (fixed chunk of the same bytes, no budget): c_loop at equal w
     same_w = RunConfig(

@@ -44,13 +44,29 @@ def test_tag_and_home_reject_other_values_in_a_small_ring() -> None:
     assert all(tag_ok(enc(5, o, SMALL, 3), h, SMALL, 7) for o in others[:50])  # a large ring keeps neither
 
 
+def _add(hs: StreamTable, keys: np.ndarray) -> None:
+    """ADD ``keys`` as tuples of H_S (the key itself lives in ring_key)."""
+    hs.values += hs_insert(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
+    hs.rows.append(pa.table({"sk": pa.array(keys)}))
+    hs.live += len(keys)
+
+
+def _expire(hs: StreamTable, upto: int) -> int:
+    """DELETE the slots before ``upto`` (no statistics, no empty entries); returns the live tuples that left."""
+    _, live, _, gone = hs_expire(
+        hs.hix, hs.ring_key, hs.link, hs.cap, hs.hi, hs.lo, upto, False, 0.0, 1.0, 1.0,
+        np.zeros(8, np.int64), np.zeros(8, np.bool_), np.zeros((8, 5), np.int32),
+    )  # fmt: skip
+    hs.rows.drop_before(upto)
+    hs.values -= int(gone)
+    return int(live)
+
+
 def _table(keys: np.ndarray, cap: int) -> StreamTable:
     schema = pa.schema([("sk", pa.int64())])
     hs = StreamTable(schema, "sk", "int", store_key=False, cap=cap)
     hs.reserve_values(len(keys))
-    hs.values += hs_insert(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, keys)
-    hs.rows.append(pa.table({"sk": pa.array(keys)}))  # the key itself lives in ring_key
-    hs.live += len(keys)
+    _add(hs, keys)
     return hs
 
 
@@ -88,20 +104,12 @@ def test_chains_match_a_model_through_inserts_and_expiry_at_high_load(keys: list
     model: Counter[int] = Counter()
     for a in range(0, len(arr), chunk):
         part = arr[a : a + chunk]
-        hs.values += hs_insert(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, part)
-        hs.rows.append(pa.table({"sk": pa.array(part)}))
-        hs.live += len(part)
+        _add(hs, part)
         model.update(part.tolist())
         assert {k: hs.chain_length(k) for k in range(-1, 42)} == {k: model[k] for k in range(-1, 42)}
     for a in range(0, len(arr), chunk):
         upto = min(a + chunk, len(arr))
-        _, live, _, gone = hs_expire(
-            hs.hix, hs.ring_key, hs.link, hs.cap, hs.hi, hs.lo, upto, False, 0.0, 1.0, 1.0,
-            np.zeros(8, np.int64), np.zeros(8, np.bool_), np.zeros((8, 5), np.int32),
-        )  # fmt: skip
-        assert live == upto - a
-        hs.rows.drop_before(upto)
-        hs.values -= int(gone)
+        assert _expire(hs, upto) == upto - a
         model.subtract(arr[a:upto].tolist())
         assert hs.values == sum(1 for v in model.values() if v > 0)
         assert {k: hs.chain_length(k) for k in range(-1, 42)} == {k: model[k] for k in range(-1, 42)}
@@ -125,17 +133,10 @@ def test_thousands_of_values_are_found_through_inserts_and_expiry_in_a_crowded_i
     for a in range(0, len(arr), chunk):
         if a >= 4 * chunk:  # a window of four chunks
             upto = a - 3 * chunk
-            _, _, _, gone = hs_expire(
-                hs.hix, hs.ring_key, hs.link, hs.cap, hs.hi, hs.lo, upto, False, 0.0, 1.0, 1.0,
-                np.zeros(8, np.int64), np.zeros(8, np.bool_), np.zeros((8, 5), np.int32),
-            )  # fmt: skip
-            hs.rows.drop_before(upto)
-            hs.values -= int(gone)
+            _expire(hs, upto)
             model.subtract(arr[upto - chunk : upto].tolist())
         part = arr[a : a + chunk]
-        hs.values += hs_insert(hs.hix, hs.ring_key, hs.link, hs.cap, hs.lo, hs.hi, part)
-        hs.rows.append(pa.table({"sk": pa.array(part)}))
-        hs.live += len(part)
+        _add(hs, part)
         model.update(part.tolist())
         assert hs.values == sum(1 for v in model.values() if v > 0)
         check()

@@ -17,13 +17,10 @@ ring slots) and the times. Nothing here changes the operator.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,8 +29,6 @@ sys.path.insert(0, "bench/results/bound")
 import stepcost_ab as SA
 
 import ssbj.core.diskphase as DP
-from ssbj.bench.exp_bound import issue_dataset
-from ssbj.bench.harness import PRESETS, Bench
 from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
 from ssbj.core.hs import hs_heads
 from ssbj.core.hsindex import EMPTY, ix_rebuild
@@ -98,12 +93,7 @@ def relaid(calls: list[tuple[Any, ...]], load: float) -> list[tuple[Any, ...]]:
 
 def main(frac: float, loads: list[float]) -> None:
     """Capture both states, then time the calls."""
-    p = dataclasses.replace(PRESETS["full"], bound_skews=(1.0,), reps=1)
-    bench = Bench(p, Path(tempfile.gettempdir()))
-    bench.set_model(SA.CONSTANTS)
-    ds = issue_dataset(bench, p.r_main, 1.0, None)
-    budget = int(frac * ds.r_bytes)
-    b, rows = bench.plan_pieces(ds, budget, True)
+    bench, ds, p, budget, b, rows = SA.setup(frac)  # the step-cost driver's data and plan
     common: dict[str, Any] = {
         "stream_key": ds.stream_key,
         "master_key": ds.master_key,
