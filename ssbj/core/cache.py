@@ -4,7 +4,8 @@
   projected columns), grouped by value and, within a value, by the partition they were
   read from (``src``) and read order;
 * an index from value to its group (start, length) with f_count (cache hits since the
-  R-cycle in ``since``, saturating) for eviction, at 75% load: rebuilt whole by a merge,
+  R-cycle in ``since``, saturating) for eviction (every ``eviction_interval`` R-cycles, and
+  with the pipelined FSM between them for values clearly cold: :func:`_evict`), at 75% load: rebuilt whole by a merge,
   grown by a rehash for a switch-in alone, entries deleted in place by an eviction alone;
 * a separate set of *empty* entries (values cached with no master row) that holds only
   the key and a 2-bit hit count: most cached values of a long-tailed stream are such
@@ -17,6 +18,8 @@ deletes; :meth:`Cache.refresh`), so no cached row is older than one R-cycle.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +41,10 @@ F_MAX_ROWS = (1 << 31) - 1
 # the index is rebuilt whole (never grown in place): at the highest load the tables allow
 # (42 -> 33 B per cached value; lookups stay in a table of a few thousand entries)
 INDEX_LOAD = MAX_LOAD
+# between evictions (pipelined FSM), a one-sided Poisson test of each value's hits; on the
+# bound experiment's data 0.05 and 0.2 differ by 1% (docs/bound.md, "2026-12-06")
+EARLY_ALPHA = 0.2
+EARLY_MIN_CYCLES = 2  # R-cycles of hits before a value is judged between evictions
 
 
 @njit(cache=True)
@@ -74,14 +81,34 @@ def _evict(
     switch_factor: float,
     rc: int,
     out: np.ndarray,
+    alpha: float,
 ) -> int:  # pragma: no cover
-    """Cache eviction (lines 42-51): values whose m_cache >= s_f * m_disk; resets f_count."""
+    """Cache eviction (lines 42-51): values whose m_cache >= s_f * m_disk; resets f_count.
+
+    ``alpha > 0``: the test between evictions. f_count over the R-cycles since ``since`` is
+    read as a Poisson count against mu, the hits that would just pay for the value's
+    bytes: a value whose count is below mu at significance ``alpha`` goes now (the hot
+    set moved on), one above it at the same significance starts a new count from here (so
+    a later fall shows within a few R-cycles, not diluted by old hits), the rest wait.
+    """
     n = 0
     for j in range(hk.shape[0]):
         if not hused[j]:
             continue
         cycles = max(1, rc - hpay[j, HR_SINCE])
         m_cache = hpay[j, HR_LEN] * row_cost + entry_cost
+        if alpha > 0.0:
+            if cycles < EARLY_MIN_CYCLES:
+                continue
+            mu = cycles * m_cache / max(switch_factor * tuple_cost, 1e-12)  # hits at break-even
+            f = hpay[j, HR_F]
+            if f < mu and _poisson_cdf(f, mu) < alpha:  # clearly below break-even: evict now
+                out[n] = hk[j]
+                n += 1
+            elif f > mu and 1.0 - _poisson_cdf(f - 1, mu) < alpha:  # clearly above: a new window
+                hpay[j, HR_F] = 0
+                hpay[j, HR_SINCE] = rc
+            continue
         m_disk = hpay[j, HR_F] / cycles * tuple_cost
         if m_cache >= switch_factor * m_disk:
             out[n] = hk[j]
@@ -90,6 +117,23 @@ def _evict(
             hpay[j, HR_F] = 0
             hpay[j, HR_SINCE] = rc
     return n
+
+
+@njit(cache=True)
+def _poisson_cdf(f: int, mu: float) -> float:  # pragma: no cover
+    """P(X <= f) for X ~ Poisson(mu) (normal approximation past mu = 50)."""
+    if f < 0:
+        return 0.0
+    if mu > 50.0:
+        return 0.5 * math.erfc(-(f + 0.5 - mu) / math.sqrt(2.0 * mu))
+    term = math.exp(-mu)
+    total = term
+    for i in range(1, f + 1):
+        term *= mu / i
+        total += term
+        if i > mu and term < 1e-17 * total:
+            break
+    return min(total, 1.0)
 
 
 class Cache:
@@ -167,10 +211,22 @@ class Cache:
             self.empties.add(keys, rc)
 
     def evict(
-        self, row_cost: float, entry_cost: float, empty_cost: float, tuple_cost: float, switch_factor: float, rc: int
+        self,
+        row_cost: float,
+        entry_cost: float,
+        empty_cost: float,
+        tuple_cost: float,
+        switch_factor: float,
+        rc: int,
+        early: bool = False,
     ) -> tuple[np.ndarray, int]:
-        """Evict values the cache inequality no longer favours; returns (evicted keys with rows, empties evicted)."""
+        """Evict values the cache inequality no longer favours; returns (evicted keys with rows, empties evicted).
+
+        ``early``: the test between evictions (:func:`_evict`), for values with rows only.
+        """
         out = np.empty(self.index.cap, dtype=np.int64)
+        if early and EARLY_ALPHA <= 0.0:
+            return out[:0], 0
         n = _evict(
             self.index.keys,
             self.index.used,
@@ -181,7 +237,10 @@ class Cache:
             switch_factor,
             rc,
             out,
+            EARLY_ALPHA if early else 0.0,
         )
+        if early:
+            return out[:n], 0
         ne = self.empties.evict(empty_cost, tuple_cost, switch_factor, rc)
         return out[:n], ne
 

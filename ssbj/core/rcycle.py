@@ -2,7 +2,8 @@
 
 At the first step of each R-cycle, before the cache phase: the R-filter is planned, the
 value statistics are collected and their admission threshold set, H_R is evicted every
-``eviction_interval`` R-cycles, the coming switch-ins' room is planned
+``eviction_interval`` R-cycles (with the per-value FSM, values clearly cold also between
+them: :meth:`ssbj.core.cache.Cache.evict`), the coming switch-ins' room is planned
 (:mod:`ssbj.core.switchroom`), and in the phase-out the values the cache inequality took
 move from s_B into H_R (H_R rebuilt once for eviction and switch-in together) and
 s_count restarts. Last, w is adapted to the budget (:func:`ssbj.core.budget.adapt`).
@@ -71,6 +72,18 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
                 op._rc,
             )
             op._c.evicted += len(evicted) + n_empty
+        elif op._per_value_fsm() and not resident:  # between evictions: the values clearly cold
+            evicted, _ = op.cache.evict(
+                op.row_cost(),
+                op.entry_cost(),
+                op.empty_cost(),
+                op.tuple_cost(),
+                op.spec.switch_factor,
+                op._rc,
+                early=True,
+            )
+            op._c.evicted += len(evicted)
+            op._c.bump("evicted_early", len(evicted))
         SR.plan(op)  # (before the counts restart: the next R-cycle's switch-in from them)
         op._early[0] = early_rows(op)
         phase_out = op._phase_out_now()

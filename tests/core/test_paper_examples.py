@@ -94,6 +94,34 @@ def test_eviction_after_hot_set_changes() -> None:
     assert out == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
 
 
+def _cached_when_hot_set_moves(switching: str) -> tuple[list[set[int]], SemiStreamJoin, Counter[Any]]:
+    master = _master([1, 2, 3, 4, 5, 6, 7, 8, 9, 9])  # 9 twice: the key is not unique
+    # 30 R-cycles with value 1 hot (4 steps each), then 8 with value 2 hot: R-cycles 31-38,
+    # before the next eviction R-cycle (40)
+    stream = _stream([1] * 120 + [2] * 32)
+    op = _op(master, stream, b=3, per_step=1, switching=switching, unique_key_switch=False)
+    assert op.master.num_partitions() == 4
+    cached, out = [], Counter[Any]()
+    for b in stream.to_batches(max_chunksize=1):
+        op.push(b)
+        out += as_multiset(op.step().enriched)
+        cached.append(set(op.cached_values().tolist()))
+    for r in op.drain():
+        out += as_multiset(r.enriched)
+    assert out == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
+    return cached, op, out
+
+
+def test_cold_value_leaves_between_evictions_with_the_pipelined_fsm() -> None:
+    cached, op, _ = _cached_when_hot_set_moves("pipelined")
+    assert 1 in cached[119]
+    assert op.r_cycle < 40 and 1 not in cached[-1]  # no hit for two R-cycles: gone before R-cycle 40
+    assert op.totals()["evicted"] >= 1
+    # in paper mode Algorithm 1 alone evicts: value 1 stays until the eviction R-cycle
+    cached_paper, op_paper, _ = _cached_when_hot_set_moves("paper")
+    assert op_paper.r_cycle < 40 and 1 in cached_paper[-1]
+
+
 def test_phase_out_cycle_produces_no_duplicates() -> None:
     # value 7 has master rows in every partition; its H_S tuples have met different
     # numbers of partitions when it moves to the cache
