@@ -151,6 +151,11 @@ class Join(_Model):
         description="when the master vouches that its key is unique (a primary key), decide each value in one "
         "R-cycle without counting rows; false: use `switching` as for any key",
     )
+    early_eviction: bool = Field(
+        JoinSettings.early_eviction,
+        description="SSBJ with the per-value FSM: a cached value whose hits are clearly below break-even "
+        "leaves at the next R-cycle start; false: only every eviction_interval R-cycles",
+    )
     threads: Annotated[int, Field(ge=1, le=256)] = Field(
         JoinSettings.threads,
         description="threads of the complete cache's probe and takes (a budget that holds all of R); "
@@ -267,6 +272,7 @@ class JobConfig(EnrichmentJobBase):
             hybrid=j.hybrid,
             switching=j.switching,
             unique_key_switch=j.unique_key_switch,
+            early_eviction=j.early_eviction,
             threads=j.threads,
             index_cycle_tuples=j.index_cycle_tuples,
             partition_rows=m.partition_rows,

@@ -261,6 +261,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         switch_factor=args.switch_factor,
         switching=args.switching,
         unique_key_switch=args.unique_key_switch,
+        early_eviction=args.early_eviction,
         threads=args.threads,
         disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
     )
@@ -296,7 +297,7 @@ def cmd_join(args: argparse.Namespace) -> int:
             "memory_plan": _plan_dict(plan, budget, v_s, v_r),
             "memory": {"budget_bytes": budget, "end": op.memory().to_dict(), "peak": stats.peak},
             "c_loop": stats.c_loop_summary(),
-            "switching": {"fsm": args.switching, "unique_key": op.unique_key},
+            "switching": {"fsm": args.switching, "unique_key": op.unique_key, "early_eviction": args.early_eviction},
             "threads": args.threads,
             "bound": _bound_report(sample, master, args.master_key, budget, v_s, v_r, model, stats, args.algorithm),
         }
@@ -437,6 +438,12 @@ def add_file_commands(sub: Any) -> None:
         dest="unique_key_switch",
         action="store_false",
         help="count rows even when the master's key is unique (by default such values are decided in one R-cycle)",
+    )
+    join.add_argument(
+        "--no-early-eviction",
+        dest="early_eviction",
+        action="store_false",
+        help="evict cached values only every eviction_interval R-cycles (by default clearly cold ones leave sooner)",
     )
     join.add_argument(
         "--threads",

@@ -85,6 +85,7 @@ class JoinSettings:
     hybrid: Literal["off", "auto", "always", "index"] = "off"  # the hybrid step's lookup path (docs/hybrid.md)
     switching: Switching = "pipelined"  # SSBJ's switching FSM: per value, or Algorithm 1's global R-cycles
     unique_key_switch: bool = True  # a master that vouches for a unique key decides in one R-cycle
+    early_eviction: bool = True  # cold cached values leave between evictions (JoinSpec.early_eviction)
     threads: int = 1  # threads of the complete cache's probe and takes (JoinSpec.threads)
     index_cycle_tuples: int | None = None  # index mode's R-cycle in stream tuples (JoinSpec.index_cycle_tuples)
     # the master can hand partitions out in pieces (ssbj.contracts.MasterChunks: in-memory
@@ -119,6 +120,7 @@ def join_spec(settings: JoinSettings, chunk_bytes: int, disk_chunk_rows: int | N
         hybrid=s.hybrid,
         switching=s.switching,
         unique_key_switch=s.unique_key_switch,
+        early_eviction=s.early_eviction,
         threads=s.threads,
         index_cycle_tuples=s.index_cycle_tuples,
         chunk_bytes=max(1, chunk_bytes),

@@ -45,12 +45,15 @@ def test_valid_file_gives_typed_settings() -> None:
 
 @pytest.mark.parametrize(
     ("join", "fsm", "unique"),
-    [({}, "pipelined", True), ({"switching": "paper", "unique_key_switch": False}, "paper", False)],
+    [
+        ({}, "pipelined", True),
+        ({"switching": "paper", "unique_key_switch": False, "early_eviction": False}, "paper", False),
+    ],
 )
 def test_switching_settings_reach_the_operator_spec(join: dict[str, Any], fsm: str, unique: bool) -> None:
     cfg = parse_config(_base(join={"stream_key": "k", **join}))
     spec = plan_join(cfg.join_settings(), 32.0, 100_000, 40.0).spec
-    assert (spec.switching, spec.unique_key_switch) == (fsm, unique)
+    assert (spec.switching, spec.unique_key_switch, spec.early_eviction) == (fsm, unique, unique)
 
 
 @pytest.mark.parametrize(("join", "threads"), [({}, 1), ({"threads": 2}, 2)])

@@ -54,6 +54,7 @@ class RunConfig:
     refresh_cache: bool = True
     disk_chunk_rows: int | None = None  # the disk phase reads partitions in pieces of this many rows
     switching: Switching = "pipelined"  # JoinSpec.switching (SSBJ's FSM: per value or Algorithm 1's R-cycles)
+    early_eviction: bool = True  # JoinSpec.early_eviction
     threads: int = 1  # JoinSpec.threads (the complete cache's probe and takes)
 
 
@@ -123,6 +124,7 @@ def _measure(
         refresh_cache=cfg.refresh_cache,
         disk_chunk_rows=cfg.disk_chunk_rows,
         switching=cfg.switching,
+        early_eviction=cfg.early_eviction,
         threads=cfg.threads,
         # at least one stream tuple per step, however small the budget
         min_chunk_bytes=max(1, math.ceil(ds.v_s)),

@@ -72,7 +72,7 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
                 op._rc,
             )
             op._c.evicted += len(evicted) + n_empty
-        elif op._per_value_fsm() and not resident:  # between evictions: the values clearly cold
+        elif op.spec.early_eviction and op._per_value_fsm() and not resident:  # between evictions: clearly cold
             evicted, _ = op.cache.evict(
                 op.row_cost(),
                 op.entry_cost(),

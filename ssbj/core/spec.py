@@ -97,6 +97,10 @@ class JoinSpec:
     decides at its row whenever it became a candidate, and its phase-out comes at the next
     R-cycle start (the cache engages at the start of R-cycle 2). ``False``: the FSM of
     ``switching`` decides as for any key.
+
+    ``early_eviction`` (SSBJ, per-value FSM): at the R-cycle starts between evictions, a
+    cached value whose hits are clearly below break-even leaves at once (docs/architecture.md,
+    departure 8); ``False``: only every ``eviction_interval`` R-cycles, as in Algorithm 1.
     """
 
     stream_key: str
@@ -117,6 +121,7 @@ class JoinSpec:
     complete_cache: bool = True
     unique_key_switch: bool = True
     switching: Switching = "pipelined"
+    early_eviction: bool = True
     threads: int = 1
     index_cycle_tuples: int | None = None
 

@@ -107,6 +107,7 @@ def check(cfgs: Iterable[JobConfig], origin: str = "jobs") -> JobSet:
             ("join.algorithm", c.join.algorithm, first.join.algorithm),
             ("join.switch_factor", c.join.switch_factor, first.join.switch_factor),
             ("join.eviction_interval", c.join.eviction_interval, first.join.eviction_interval),
+            ("join.early_eviction", c.join.early_eviction, first.join.early_eviction),
             ("shared", c.shared, first.shared),
         ):
             if mine != theirs:

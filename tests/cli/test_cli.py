@@ -138,7 +138,10 @@ def test_stats_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 @pytest.mark.parametrize(
     ("flags", "fsm", "unique"),
-    [((), "pipelined", True), (("--switching", "paper", "--no-unique-key-switch"), "paper", False)],
+    [
+        ((), "pipelined", True),
+        (("--switching", "paper", "--no-unique-key-switch", "--no-early-eviction"), "paper", False),
+    ],
 )
 def test_join_switching_flags(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], fsm: str, unique: bool
@@ -148,7 +151,7 @@ def test_join_switching_flags(
     s, m = write_parquet(tmp_path, stream, master)
     out = tmp_path / "out.parquet"
     report = run_stats(capsys, [*join_args(s, m, out, "--stats"), *flags])
-    assert report["switching"] == {"fsm": fsm, "unique_key": unique}
+    assert report["switching"] == {"fsm": fsm, "unique_key": unique, "early_eviction": not flags}
     assert as_multiset(pq.read_table(out)) == batch_join(stream, master, "sk", "mk", MASTER_COLS)
     check_reconciles(report, out)
     assert report["totals"]["served_by_cache"] > 0

@@ -94,12 +94,12 @@ def test_eviction_after_hot_set_changes() -> None:
     assert out == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
 
 
-def _cached_when_hot_set_moves(switching: str) -> tuple[list[set[int]], SemiStreamJoin, Counter[Any]]:
+def _cached_when_hot_set_moves(switching: str, **kw: Any) -> tuple[list[set[int]], SemiStreamJoin, Counter[Any]]:
     master = _master([1, 2, 3, 4, 5, 6, 7, 8, 9, 9])  # 9 twice: the key is not unique
     # 30 R-cycles with value 1 hot (4 steps each), then 8 with value 2 hot: R-cycles 31-38,
     # before the next eviction R-cycle (40)
     stream = _stream([1] * 120 + [2] * 32)
-    op = _op(master, stream, b=3, per_step=1, switching=switching, unique_key_switch=False)
+    op = _op(master, stream, b=3, per_step=1, switching=switching, unique_key_switch=False, **kw)
     assert op.master.num_partitions() == 4
     cached, out = [], Counter[Any]()
     for b in stream.to_batches(max_chunksize=1):
@@ -117,9 +117,10 @@ def test_cold_value_leaves_between_evictions_with_the_pipelined_fsm() -> None:
     assert 1 in cached[119]
     assert op.r_cycle < 40 and 1 not in cached[-1]  # no hit for two R-cycles: gone before R-cycle 40
     assert op.totals()["evicted"] >= 1
-    # in paper mode Algorithm 1 alone evicts: value 1 stays until the eviction R-cycle
-    cached_paper, op_paper, _ = _cached_when_hot_set_moves("paper")
-    assert op_paper.r_cycle < 40 and 1 in cached_paper[-1]
+    # in paper mode, or with early_eviction off, Algorithm 1 alone evicts: value 1 stays until R-cycle 40
+    for switching, early in (("paper", True), ("pipelined", False)):
+        cached_alg1, op_alg1, _ = _cached_when_hot_set_moves(switching, early_eviction=early)
+        assert op_alg1.r_cycle < 40 and 1 in cached_alg1[-1]
 
 
 def test_phase_out_cycle_produces_no_duplicates() -> None:
