@@ -30,8 +30,8 @@ from ssbj.core.costmodel import CostConstants
 CONSTANTS = CostConstants(c_fixed=570_000.0, c_h=6.0, c_s=1400.0)
 
 
-def main(reps: int) -> None:
-    """Run every point and print it."""
+def run_points(reps: int, configs: dict[str, tuple[str, dict[str, object]]], pairs: list[tuple[str, str]]) -> None:
+    """Run every point with ``configs`` (name: algorithm and RunConfig fields) and print it with ``pairs``' ratios."""
     p = dataclasses.replace(PRESETS["full"], bound_skews=(1.0,), reps=reps)
     bench = Bench(p, Path(tempfile.gettempdir()))
     bench.set_model(CONSTANTS)
@@ -49,13 +49,9 @@ def main(reps: int) -> None:
             b, rows = bench.plan_pieces(ds, budget, True)
             cfg = {
                 name: RunConfig(
-                    algo, b, chunk_bytes=max(1, budget // 16), memory_budget=budget, disk_chunk_rows=rows, switching=sw
+                    algo, b, chunk_bytes=max(1, budget // 16), memory_budget=budget, disk_chunk_rows=rows, **kw
                 )
-                for name, algo, sw in (
-                    ("pipelined", "ssbj", "pipelined"),
-                    ("paper", "ssbj", "paper"),
-                    ("meshjoin", "meshjoin", "pipelined"),
-                )
+                for name, (algo, kw) in configs.items()
             }
             t0, load0 = time.time(), os.getloadavg()
             res = dict(zip(cfg, bench.runs(ds, list(cfg.values())), strict=True))
@@ -73,13 +69,25 @@ def main(reps: int) -> None:
                     "service_rate": r["service_rate"],
                     "rep_service_rate": r["rep_service_rate"],
                     "cache_share": r["cache_share"],
+                    "tuples_per_r_cycle": r["w_per_step"] * r["partitions"],
                     "memory_max_over_budget": r["memory_max_over_budget"],
                 }
-            m = res["meshjoin"]["service_rate"]
-            out["pipelined_over_meshjoin"] = res["pipelined"]["service_rate"] / m
-            out["paper_over_meshjoin"] = res["paper"]["service_rate"] / m
-            out["pipelined_over_paper"] = res["pipelined"]["service_rate"] / res["paper"]["service_rate"]
+            for a, c in pairs:
+                out[f"{a}_over_{c}"] = res[a]["service_rate"] / res[c]["service_rate"]
             print(json.dumps(out), flush=True)
+
+
+def main(reps: int) -> None:
+    """Run every point and print it."""
+    run_points(
+        reps,
+        {
+            "pipelined": ("ssbj", {"switching": "pipelined"}),
+            "paper": ("ssbj", {"switching": "paper"}),
+            "meshjoin": ("meshjoin", {}),
+        },
+        [("pipelined", "meshjoin"), ("paper", "meshjoin"), ("pipelined", "paper")],
+    )
 
 
 if __name__ == "__main__":
