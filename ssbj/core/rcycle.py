@@ -62,28 +62,16 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
             evicted, n_empty = IX.evict(op)
             IX.rotate_doorkeeper(op)
             op._c.evicted += len(evicted) + n_empty
-        elif op._rc % op.spec.eviction_interval == 0 and not resident:
-            evicted, n_empty = op.cache.evict(
-                op.row_cost(),
-                op.entry_cost(),
-                op.empty_cost(),
-                op.tuple_cost(),
-                op.spec.switch_factor,
-                op._rc,
-            )
-            op._c.evicted += len(evicted) + n_empty
-        elif op.spec.early_eviction and op._per_value_fsm() and not resident:  # between evictions: clearly cold
-            evicted, _ = op.cache.evict(
-                op.row_cost(),
-                op.entry_cost(),
-                op.empty_cost(),
-                op.tuple_cost(),
-                op.spec.switch_factor,
-                op._rc,
-                early=True,
-            )
-            op._c.evicted += len(evicted)
-            op._c.bump("evicted_early", len(evicted))
+        elif not resident:
+            interval = op._rc % op.spec.eviction_interval == 0
+            # between evictions, with the per-value FSM: the values clearly cold (Cache.evict)
+            early = not interval and op.spec.early_eviction and op._per_value_fsm()
+            if interval or early:
+                costs = (op.row_cost(), op.entry_cost(), op.empty_cost(), op.tuple_cost())
+                evicted, n_empty = op.cache.evict(*costs, op.spec.switch_factor, op._rc, early=early)
+                op._c.evicted += len(evicted) + n_empty
+                if early:
+                    op._c.bump("evicted_early", len(evicted))
         SR.plan(op)  # (before the counts restart: the next R-cycle's switch-in from them)
         op._early[0] = early_rows(op)
         phase_out = op._phase_out_now()

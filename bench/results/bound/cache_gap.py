@@ -14,45 +14,24 @@ tuples per R-cycle lie above its break-even in the solve. Deterministic (nothing
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
 import sys
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, "bench/results/bound")
-import stepcost_ab as SA
+import early_trace
 
-from ssbj.bench.exp_bound import SAMPLE_ROWS, issue_dataset
-from ssbj.bench.harness import PRESETS, Bench
-from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
+from ssbj.bench.exp_bound import SAMPLE_ROWS
 from ssbj.core.bound import Overheads, key_distribution, memory_optimal_bound
 
 
 def main(frac: float, cycles: int) -> None:
     """Run SSBJ for ``cycles`` R-cycles, then compare its cached values with the structural solve's."""
-    p = dataclasses.replace(PRESETS["full"], bound_skews=(1.0,), reps=1)
-    bench = Bench(p, Path(tempfile.gettempdir()))
-    bench.set_model(SA.CONSTANTS)
-    ds = issue_dataset(bench, p.r_main, 1.0, None)
-    budget = int(frac * ds.r_bytes)
-    b, rows = bench.plan_pieces(ds, budget, True)
-    spec = JoinSpec(
-        stream_key=ds.stream_key,
-        master_key=ds.master_key,
-        master_columns=ds.master_columns,
-        algorithm="ssbj",
-        chunk_bytes=max(1, budget // 16),
-        max_step_tuples=p.max_step_tuples,
-        memory_budget=budget,
-        disk_chunk_rows=rows,
-        min_chunk_bytes=math.ceil(ds.v_s),
-    )
-    op = SemiStreamJoin(spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema, cost_model=bench.model())
+    p, ds, op = early_trace.setup(frac, False)
+    budget = op.spec.memory_budget or 0
     batches = ds.batches(p.batch_rows, p.max_stream_rows)
     while op.r_cycle <= cycles:
         while op.buffered_tuples < p.max_step_tuples:

@@ -19,6 +19,7 @@ import math
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, "bench/results/bound")
 import stepcost_ab as SA
@@ -30,8 +31,8 @@ from ssbj.core.bound import key_distribution, memory_optimal_bound
 from ssbj.core.budget import breakdown
 
 
-def main(frac: float, drift: bool, cycles: int, first: int) -> None:
-    """Run SSBJ for ``cycles`` R-cycles and print the trace and its summary."""
+def setup(frac: float, drift: bool) -> tuple[Any, Any, SemiStreamJoin]:
+    """Return the preset, the dataset and SSBJ planned as the bound experiment plans it."""
     p = dataclasses.replace(PRESETS["full"], bound_skews=(1.0,), reps=1)
     bench = Bench(p, Path(tempfile.gettempdir()))
     bench.set_model(SA.CONSTANTS)
@@ -55,6 +56,13 @@ def main(frac: float, drift: bool, cycles: int, first: int) -> None:
         min_chunk_bytes=math.ceil(ds.v_s),
     )
     op = SemiStreamJoin(spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema, cost_model=bench.model())
+    return p, ds, op
+
+
+def main(frac: float, drift: bool, cycles: int, first: int) -> None:
+    """Run SSBJ for ``cycles`` R-cycles and print the trace and its summary."""
+    p, ds, op = setup(frac, drift)
+    budget = op.spec.memory_budget or 0
     batches = ds.batches(p.batch_rows, p.max_stream_rows)
     cur: dict | None = None
     ws: list[int] = []
