@@ -81,11 +81,12 @@ def _evict(
     switch_factor: float,
     rc: int,
     out: np.ndarray,
+    early: bool,
     alpha: float,
 ) -> int:  # pragma: no cover
     """Cache eviction (lines 42-51): values whose m_cache >= s_f * m_disk; resets f_count.
 
-    ``alpha > 0``: the test between evictions. f_count over the R-cycles since ``since`` is
+    ``early``: the test between evictions. f_count over the R-cycles since ``since`` is
     read as a Poisson count against mu, the hits that would just pay for the value's
     bytes: a value whose count is below mu at significance ``alpha`` goes now (the hot
     set moved on), one above it at the same significance starts a new count from here (so
@@ -97,7 +98,7 @@ def _evict(
             continue
         cycles = max(1, rc - hpay[j, HR_SINCE])
         m_cache = hpay[j, HR_LEN] * row_cost + entry_cost
-        if alpha > 0.0:
+        if early:
             if cycles < EARLY_MIN_CYCLES:
                 continue
             mu = cycles * m_cache / max(switch_factor * tuple_cost, 1e-12)  # hits at break-even
@@ -225,8 +226,6 @@ class Cache:
         ``early``: the test between evictions (:func:`_evict`), for values with rows only.
         """
         out = np.empty(self.index.cap, dtype=np.int64)
-        if early and EARLY_ALPHA <= 0.0:
-            return out[:0], 0
         n = _evict(
             self.index.keys,
             self.index.used,
@@ -237,7 +236,8 @@ class Cache:
             switch_factor,
             rc,
             out,
-            EARLY_ALPHA if early else 0.0,
+            early,
+            EARLY_ALPHA,
         )
         if early:
             return out[:n], 0

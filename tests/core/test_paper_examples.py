@@ -94,7 +94,7 @@ def test_eviction_after_hot_set_changes() -> None:
     assert out == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
 
 
-def _cached_when_hot_set_moves(switching: str, **kw: Any) -> tuple[list[set[int]], SemiStreamJoin, Counter[Any]]:
+def _cached_when_hot_set_moves(switching: str, **kw: Any) -> tuple[list[set[int]], SemiStreamJoin]:
     master = _master([1, 2, 3, 4, 5, 6, 7, 8, 9, 9])  # 9 twice: the key is not unique
     # 30 R-cycles with value 1 hot (4 steps each), then 8 with value 2 hot: R-cycles 31-38,
     # before the next eviction R-cycle (40)
@@ -109,17 +109,17 @@ def _cached_when_hot_set_moves(switching: str, **kw: Any) -> tuple[list[set[int]
     for r in op.drain():
         out += as_multiset(r.enriched)
     assert out == batch_join(stream, master, "sk", "mk", ["mval", "mk"])
-    return cached, op, out
+    return cached, op
 
 
 def test_cold_value_leaves_between_evictions_with_the_pipelined_fsm() -> None:
-    cached, op, _ = _cached_when_hot_set_moves("pipelined")
+    cached, op = _cached_when_hot_set_moves("pipelined")
     assert 1 in cached[119]
     assert op.r_cycle < 40 and 1 not in cached[-1]  # no hit for two R-cycles: gone before R-cycle 40
     assert op.totals()["evicted"] >= 1
     # in paper mode, or with early_eviction off, Algorithm 1 alone evicts: value 1 stays until R-cycle 40
     for switching, early in (("paper", True), ("pipelined", False)):
-        cached_alg1, op_alg1, _ = _cached_when_hot_set_moves(switching, early_eviction=early)
+        cached_alg1, op_alg1 = _cached_when_hot_set_moves(switching, early_eviction=early)
         assert op_alg1.r_cycle < 40 and 1 in cached_alg1[-1]
 
 
