@@ -118,10 +118,10 @@ def probe_reserve(op: SemiStreamJoin) -> int:
     The cache phase's are per step, bounded by :func:`cache_call_tuples`: with
     a cache that bound (the first R-cycle with hits reads whole batches of them), the
     most seen in a step if more. Or the peak seen, if more. Or, if more, the most an H_R
-    rebuild's temporaries held (:meth:`ssbj.core.cache.Cache.rebuild`: a switch-in, an
-    eviction, a refresh): never alive with the probes' (a switch-in or eviction runs at
-    the R-cycle start, before the step probes; a refresh after the disk phase's probe, with
-    the rows it keeps counted in the rebuild's), so one room serves both.
+    rebuild's temporaries held in a step (:meth:`ssbj.core.cache.Cache.rebuild`: a refresh,
+    index mode's lookups): never alive with the probes' (a refresh runs after the disk
+    phase's probe, with the rows it keeps counted in the rebuild's), so one room serves
+    both. An R-cycle start's rebuild is :func:`temporaries_reserve`'s.
     """
     cache = op._cache_transient_peak
     if op._use_cache:
@@ -135,8 +135,13 @@ def probe_reserve(op: SemiStreamJoin) -> int:
 
 
 def temporaries_reserve(op: SemiStreamJoin) -> int:
-    """Return the bytes kept for temporaries: the steps' (:func:`probe_reserve`) or the planned switch-in's, if more."""
-    return max(probe_reserve(op), SR.transient_bytes(op, column_bytes(op)))
+    """Return the bytes kept for temporaries: the steps' (:func:`probe_reserve`) or an R-cycle start's rebuild's.
+
+    A switch-in or eviction rebuilds H_R at the R-cycle start, before the partition is read: the
+    rebuild (the most seen, or the planned switch-in's if more) may take the disk buffer's room.
+    """
+    start = max(op._start_rebuild_peak, SR.transient_bytes(op, column_bytes(op)))
+    return max(probe_reserve(op), start - max(op._disk_buffer_peak, op._disk_buffer_bytes))
 
 
 CACHE_CALL_SHARE = 0.01  # most of the budget one cache-phase call's index arrays may take
@@ -254,7 +259,8 @@ def allow_switching(op: SemiStreamJoin) -> None:
         held = fixed_bytes(op, sb_reserve=False) - temporaries_reserve(op) - op._sb_bytes
         room = budget - op.hs.nbytes() - held - int(cushion_bytes(op, op._plan.avail))
     switching = op._use_cache and op.fsm_code == SWITCHING
-    SR.allow(op, switching, room, probe_reserve(op), layout_row_bytes(op), column_bytes(op))
+    disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)  # (free at the switch-in: the R-cycle start)
+    SR.allow(op, switching, room, probe_reserve(op), layout_row_bytes(op), column_bytes(op), disk)
 
 
 # Cache.rebuild's arrays (ssbj.core.hrmerge): a row's order, new tag and run mark (4 each) and an

@@ -381,17 +381,20 @@ class Cache:
         # deleted in place (the freed slots take the next switch-in's values): no second index
         ix.size -= kset_delete_keys(ix.keys, ix.used, ix.payload, ix.keys[gone])
         mask = pa.array(keep)
-        peak = 0
+        peak = gone_bytes = 0
         for c in range(len(self.columns)):
             new = self.columns[c].filter(mask)
             peak = max(peak, int(new.nbytes))
+            gone_bytes += int(self.columns[c].nbytes - new.nbytes)
             self.columns[c] = new
             del new
         src = self.src[keep]
         peak = max(peak, int(src.nbytes))
+        gone_bytes += int(self.src.nbytes - src.nbytes)
         self.src = src
         self._rows_gen += 1
-        self.last_transient = max(self.last_transient, max(prep, held + int(mask.nbytes) + peak))
+        # the dropped rows are alive until the end (H_R's bytes after it do not hold them)
+        self.last_transient = max(self.last_transient, gone_bytes + max(prep, held + int(mask.nbytes) + peak))
 
     def _drop_empties(self, keys: np.ndarray) -> None:
         self.empties.drop(keys)

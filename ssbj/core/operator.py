@@ -176,8 +176,7 @@ class SemiStreamJoin:
         self._rf_mark = (0, 0)  # value-less tuples counted up to this R-cycle's start
         self._rf_pending = 0  # bytes kept for an R-filter deferred to the next R-cycle start (ssbj.core.switching)
         self._sb: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
-        self._sb_seq = 0
-        self._sb_bytes = 0
+        self._sb_seq = self._sb_bytes = 0
         # rows s_B may still take this R-cycle, values deferred for want of them; the planned
         # (rows, values) of the coming switch-in (ssbj.core.switchroom)
         self._sb_allow = np.array([SR.UNLIMITED if self.spec.memory_budget is None else 0, 0], dtype=np.int64)
@@ -212,7 +211,8 @@ class SemiStreamJoin:
         self._take_all_void = False  # this take-all R-cycle's s_B was dropped: nothing switches in
         self._switch_peak = 0  # bytes held at once while s_B of a take-all switched in (this step)
         self._switch_transient = 0  # a rebuild's temporaries the step's memory report adds (ssbj.core.budget)
-        self._rebuild_peak = 0  # the most an H_R rebuild's temporaries held (reserved: ssbj.core.budget)
+        # the most an H_R rebuild's temporaries held: in a step / at an R-cycle start (reserved: ssbj.core.budget)
+        self._rebuild_peak = self._start_rebuild_peak = 0
         # partition -> the resident partition's buffers H_R's rows of it were last made equal to
         self._complete_seen: dict[int, tuple[Any, list[pa.Buffer]]] = {}
         self._read_memo = ReadMemo()  # partition -> buffers of its last resident read (ssbj.core.resident)
@@ -302,7 +302,7 @@ class SemiStreamJoin:
         pairs: list[tuple[pa.Table, pa.Table]] = []
         unmatched: list[pa.Table] = []
         self._transient = self._cache_transient = self._disk_transient = 0
-        self._switch_transient = self._switch_peak = 0
+        self._switch_transient = self._switch_peak = self._start_transient = 0
         if self._p == 0 and not self._cycle_open:
             self._begin_r_cycle(pairs, unmatched)
             self._cycle_open = True

@@ -158,6 +158,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "doorkeeper_added": op.doorkeeper.added,
         "transient_peak": op._transient_peak,
         "rebuild_peak": op._rebuild_peak,
+        "start_rebuild_peak": op._start_rebuild_peak,
         "cache_transient_peak": op._cache_transient_peak,
         "buffer_bytes": op._buffer_bytes,
         "vs_avg": op._vs_avg,
@@ -230,7 +231,8 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
         op._sb_allow[:] = (SR.UNLIMITED, 0)
     op._early[:] = (int(m.get("early_rows", 0)), 0, 0)  # older checkpoints: off until the next R-cycle start
     op._transient_peak, op._buffer_bytes = m["transient_peak"], m["buffer_bytes"]
-    op._rebuild_peak = int(m.get("rebuild_peak", 0))
+    op._rebuild_peak = int(m.get("rebuild_peak", 0))  # (older checkpoints: the R-cycle starts' in it too)
+    op._start_rebuild_peak = int(m.get("start_rebuild_peak", 0))
     op._cache_transient_peak = int(m.get("cache_transient_peak", 0))  # older checkpoints: measured again
     op._vs_avg, op._vr_avg = m["vs_avg"], m["vr_avg"]
     op._plan = B.Plan(**m["plan"])

@@ -77,7 +77,9 @@ def begin_r_cycle(op: SemiStreamJoin, pairs: list[tuple[pa.Table, pa.Table]], un
         phase_out = op._phase_out_now()
         switching = op.stats.switching() if phase_out else np.zeros(0, np.int64)
         if len(evicted) or len(switching):
+            sb_old = op._sb_bytes  # (s_B's tables stay alive through the rebuild)
             SW.rebuild_hr(op, evicted, switching)
+            note_start_rebuild(op, sb_old)
         if len(switching):  # phase-out: MOVE all tuples from s_B to H_R
             SW.switch_in(op, switching, pairs, unmatched)
         elif phase_out and op._sb:  # only early switches given up: their rows are not needed
@@ -103,6 +105,18 @@ def rebuild_interest(op: SemiStreamJoin) -> None:
         cache.empties.keys,
         expect=int(op.stats.meta[1] + cache.values + EMPTY_GROWTH * cache.empty_values) + 64,
     )
+
+
+def note_start_rebuild(op: SemiStreamJoin, sb_old: int) -> None:
+    """Keep an R-cycle start's H_R rebuild apart from the steps' (:func:`ssbj.core.budget.temporaries_reserve`).
+
+    It runs before the step reads its partition: the disk buffer's room is free then, and
+    its temporaries may take it; a refresh's rebuild runs beside the partition it read.
+    """
+    t = op.cache.last_transient
+    op.cache.last_transient = 0
+    op._start_rebuild_peak = max(op._start_rebuild_peak, t)
+    op._start_transient = max(op._start_transient, t + sb_old)
 
 
 EARLY_QUANTILE = 0.9  # of the rows of candidates counted through a whole R-cycle: s_B's reserve per early value

@@ -27,8 +27,9 @@ def memory_report(op: SemiStreamJoin) -> MemoryReport:
         key_table=op.stats.nbytes + op.interest.nbytes + op.doorkeeper.nbytes,
         stream_buffer=op._buffer_bytes,
         entries=max(op.hs.values, 0) + op.cache.values + op.cache.empty_values + op.stats.size,
-        # the probes' temporaries and a rebuild's are never alive at once (ssbj.core.budget.temporaries_reserve)
-        transient=max(op._transient, op._switch_transient),
+        # the probes' temporaries and a rebuild's are never alive at once, nor an R-cycle start's
+        # rebuild and the disk buffer (ssbj.core.budget.temporaries_reserve)
+        transient=max(op._transient, op._switch_transient, op._start_transient - op._disk_buffer_bytes),
         prefetch=prefetched_nbytes(op.master),
         r_filter=op.rfilter.nbytes,
     )

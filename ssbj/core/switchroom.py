@@ -149,14 +149,16 @@ def plan(op: SemiStreamJoin) -> None:
         op._switch_plan = (planned, int(np.ceil(planned * values / rows)))
 
 
-def allow(op: SemiStreamJoin, switching: bool, room: int, probes: int, row_bytes: float, columns: list[float]) -> None:
+def allow(
+    op: SemiStreamJoin, switching: bool, room: int, probes: int, row_bytes: float, columns: list[float], disk: int = 0
+) -> None:
     """Set the rows s_B may still take this R-cycle: what fits in ``room`` with H_S as it is now.
 
     ``room``: bytes of the budget that nothing but s_B holds or keeps; ``probes``: the
     steps' temporaries reserve. Three moments must fit: s_B full beside the probes'
     temporaries (this R-cycle), s_B beside the switch-in's temporaries (the next R-cycle's
-    start: no probe is alive then), and H_R grown by s_B's rows beside the probes (before
-    the ring shrinks).
+    start: no probe is alive then, nor the disk buffer's ``disk`` bytes), and H_R grown by
+    s_B's rows beside the probes (before the ring shrinks).
     """
     op._sb_allow[1] = 0
     if op.spec.memory_budget is None:
@@ -176,7 +178,7 @@ def allow(op: SemiStreamJoin, switching: bool, room: int, probes: int, row_bytes
         sb = op._sb_bytes + n * (row_bytes + SB_ROW_EXTRA)
         grown = KeyedTable.bytes_for(capacity_for(ix.size + vals, INDEX_LOAD), ix.nfields, 4) - ix.nbytes
         hr = total * (row_bytes + 4) + max(grown, 0)
-        return max(sb, hr) + probes <= room and sb + _append_bytes(op, total, vals, columns) <= room
+        return max(sb, hr) + probes <= room and sb + _append_bytes(op, total, vals, columns) <= room + disk
 
     lo, hi = 0, max(0, int(room / (row_bytes + 4)))
     while lo < hi:  # the most rows that fit (the temporaries grow with them)

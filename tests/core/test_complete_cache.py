@@ -625,8 +625,9 @@ def test_h_r_grown_under_cached_values_after_leaving_stays_within_the_budget() -
 def test_fsm_rebuild_temporaries_are_reported_and_reserved() -> None:
     """An ordinary (FSM) switch-in's rebuild: its temporaries are in the step's memory and reserved after.
 
-    A rebuild runs before the step's probes or after them (a refresh), never beside them:
-    the step reports the larger of the two and the reserve is the larger of the two peaks.
+    A switch-in rebuilds H_R at the R-cycle start, before the step's probes and before its
+    partition is read: what it held (with s_B's rows) is within the step's reported
+    temporaries and disk buffer, and within the reserve and the disk buffer's room after.
     """
     stream, master = _zipf(5_000, 60_000)
     spec = JoinSpec("sk", "mk", ("mid", "attr"), memory_budget=120_000, chunk_bytes=20_000, complete_cache=False)
@@ -634,6 +635,11 @@ def test_fsm_rebuild_temporaries_are_reported_and_reserved() -> None:
     seen = 0
     for r in op.run(stream.to_batches(max_chunksize=4_000)):
         if op._c.switched_in and not seen:
-            seen = op._rebuild_peak
-            assert seen > 0 and r.metrics.memory.transient == max(op._transient, seen)
+            seen = op._start_rebuild_peak
+            mem = r.metrics.memory
+            assert seen > 0 and op._start_transient >= seen
+            assert mem.transient + mem.disk_buffer >= op._start_transient
+            assert mem.transient >= op._transient
+    disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     assert seen and B.temporaries_reserve(op) >= max(op._rebuild_peak, op._transient_peak)
+    assert B.temporaries_reserve(op) + disk >= op._start_rebuild_peak
