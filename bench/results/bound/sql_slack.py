@@ -11,7 +11,7 @@ memory (``mem``). The read costs are fixed (120 us a query, 775 ns a row: what
 run with a budget, the mean over its last three R-cycles of the budget's unused share
 (slack) and of what the budget keeps for temporaries, as shares of the budget, then the
 tuples per R-cycle (deterministic: nothing here is timed). The committed figures: this
-script on 33b10cd and on the commit after it (bench/results/bound/README.md).
+script on 33b10cd and on e69e92e (docs/bound.md, "2026-12-06, afternoon").
 """
 
 from __future__ import annotations
