@@ -210,9 +210,9 @@ class SemiStreamJoin:
         self._store_failed = False  # a store did not fit (R grew, a NULL): take-alls hold s_B as tables
         self._take_all_void = False  # this take-all R-cycle's s_B was dropped: nothing switches in
         self._switch_peak = 0  # bytes held at once while s_B of a take-all switched in (this step)
-        self._switch_transient = 0  # a rebuild's temporaries the step's memory report adds (ssbj.core.budget)
-        # the most an H_R rebuild's temporaries held: in a step / at an R-cycle start (reserved: ssbj.core.budget)
-        self._rebuild_peak = self._start_rebuild_peak = 0
+        # an H_R rebuild's temporaries, in a step / at an R-cycle start: this step's (the memory report
+        # adds them), the most seen (reserved: ssbj.core.budget)
+        self._switch_transient = self._start_transient = self._rebuild_peak = self._start_rebuild_peak = 0
         # partition -> the resident partition's buffers H_R's rows of it were last made equal to
         self._complete_seen: dict[int, tuple[Any, list[pa.Buffer]]] = {}
         self._read_memo = ReadMemo()  # partition -> buffers of its last resident read (ssbj.core.resident)
