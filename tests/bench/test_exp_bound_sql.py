@@ -47,7 +47,9 @@ def test_a_small_run_reports_the_bound_and_its_factors(tmp_path: Path) -> None:
     res = exp_bound_sql(bench)
     assert res["master"] == "sqlite"
     assert not (tmp_path / "bound-master.sqlite").exists()  # removed after the run
-    assert res["read_cost_ns"]["per_row"] > 0
+    # timed (a difference of two read times, clamped at 0): only its presence is checked here;
+    # read_costs' own test checks that the two costs are not both 0
+    assert res["read_cost_ns"]["per_row"] >= 0 and res["read_cost_ns"]["per_query"] >= 0
     assert res["v_r_read"] > 0
     (pt,) = res["points"]
     assert "error" not in pt
