@@ -9,17 +9,16 @@ been read, so the disk buffer is measured) H_S gets what the other structures le
 and the ring of H_S is re-laid out to hold every slot that leaves, in ``k`` chunks of ``w`` or
 ``w + 1`` tuples (a chunk enters in the step's cache phase, up to the ring's room, and the
 oldest leaves at the end of the step's disk phase after meeting all k partitions, so at most
-k chunks are live), each tuple costing its row bytes,
-its encoded key and link, and a worst-case share of the value index (every tuple a
-value of its own), so the budget holds whatever the key distribution. The s_B reserve is
-planned at the R-cycle start from the values that decide in it (:mod:`ssbj.core.switchroom`):
-s_B cannot outgrow it, it covers H_R's growth when s_B moves in at the next R-cycle start,
-and the temporaries reserve covers that switch-in's rebuild. The prefetch reserve is
+k chunks are live), each tuple costing its row bytes, its encoded key and link, and a
+worst-case share of the value index (every tuple a value of its own), so the budget holds
+whatever the key distribution. The s_B reserve is planned at the R-cycle start from the
+values that decide in it (:mod:`ssbj.core.switchroom`): s_B cannot outgrow it, it covers
+H_R's growth when s_B moves in at the next R-cycle start, and the temporaries reserve, with
+the disk buffer's room (no partition is held then), covers that switch-in's rebuild. The prefetch reserve is
 ``depth`` disk buffers (:mod:`ssbj.core.prefetch`): while the step joins partition p, the
 next ``depth`` partitions may be held read ahead.
 
-Everything else is admitted against the room left: a new empty cache entry, growth of
-the statistics table.
+Everything else is admitted against the room left: a new empty cache entry, the statistics' growth.
 
 A take-all R-cycle (:mod:`ssbj.core.complete`) reserves, instead of the s_B reserve, what
 its switch-in holds at once beside today's structures (:func:`take_all_bytes`): s_B with
@@ -95,9 +94,13 @@ def per_tuple_bytes(op: SemiStreamJoin) -> float:
     return hs.slot_bytes() + max(var, 0.0) + INDEX_SLOT * op._values_share / INDEX_LOAD
 
 
+def disk_bytes(op: SemiStreamJoin) -> int:
+    """Return the disk buffer's room: the most it held, or what it holds if more."""
+    return max(op._disk_buffer_peak, op._disk_buffer_bytes)
+
+
 def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
     """Budgeted bytes outside H_S (``sb_reserve=False``: s_B as it is, without the room kept for it)."""
-    disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
     if op._take_all or op._take_all_pending:
         reserve = op._take_all_reserve
     else:
@@ -107,7 +110,7 @@ def fixed_bytes(op: SemiStreamJoin, sb_reserve: bool = True) -> int:
     filters = op.rfilter.nbytes + op._rf_pending  # (a first filter deferred to the next R-cycle start)
     keys = op.stats.nbytes + op.interest.nbytes + op.doorkeeper.nbytes
     held = op.cache.nbytes() + sb + keys + filters + queue
-    return int(disk + prefetch_reserve(op) + held + temporaries_reserve(op))
+    return int(disk_bytes(op) + prefetch_reserve(op) + held + temporaries_reserve(op))
 
 
 def probe_reserve(op: SemiStreamJoin) -> int:
@@ -115,33 +118,31 @@ def probe_reserve(op: SemiStreamJoin) -> int:
 
     The disk phase's grow with the tuples in H_S: the most seen per waiting tuple, for a
     full ring, up to what its calls of bounded pairs can hold (:func:`probe_call_pairs`).
-    The cache phase's are per step, bounded by :func:`cache_call_tuples`: with
-    a cache that bound (the first R-cycle with hits reads whole batches of them), the
-    most seen in a step if more. Or the peak seen, if more. Or, if more, the most an H_R
-    rebuild's temporaries held in a step (:meth:`ssbj.core.cache.Cache.rebuild`: a refresh,
-    index mode's lookups): never alive with the probes' (a refresh runs after the disk
-    phase's probe, with the rows it keeps counted in the rebuild's), so one room serves
-    both. An R-cycle start's rebuild is :func:`temporaries_reserve`'s.
+    The cache phase's are per step, bounded by :func:`cache_call_tuples`: with a cache that
+    bound (the first R-cycle with hits reads whole batches of them), the most seen in a step
+    if more. Or the peak seen, if more. Or, if more, the most an H_R rebuild's temporaries
+    held in a step (:meth:`ssbj.core.cache.Cache.rebuild`: a refresh, index mode's lookups):
+    never alive with the probes' (a refresh runs after the disk phase's probe, with the rows
+    it keeps counted in the rebuild's). An R-cycle start's is :func:`temporaries_reserve`'s.
     """
     cache = op._cache_transient_peak
     if op._use_cache:
         cache = max(cache, cache_call_tuples(op) * CACHE_CALL_BYTES)
-    # the pairs of a kernel call are bounded (probe_call_pairs): past that bound a larger
-    # ring adds calls, not bytes (a step of few tuples with many pairs each would otherwise
-    # scale its ratio to the whole ring)
+    # the pairs of a kernel call are bounded (probe_call_pairs): past that bound a larger ring adds
+    # calls, not bytes (a step of few tuples with many pairs each would otherwise scale its ratio to the whole ring)
     disk = min(int(op._transient_per_tuple * op.hs.cap), PROBE_CALL_SLACK * PAIR_BYTES * probe_call_pairs(op))
     probes = max(op._transient_peak, disk + cache)
     return max(probes, op._rebuild_peak)
 
 
 def temporaries_reserve(op: SemiStreamJoin) -> int:
-    """Return the bytes kept for temporaries: the steps' (:func:`probe_reserve`) or an R-cycle start's rebuild's.
+    """Return the bytes kept for the steps' temporaries (:func:`probe_reserve`) or an R-cycle start's rebuild's.
 
-    A switch-in or eviction rebuilds H_R at the R-cycle start, before the partition is read: the
-    rebuild (the most seen, or the planned switch-in's if more) may take the disk buffer's room.
+    A switch-in or eviction rebuilds H_R at the R-cycle start, before the partition is read (the
+    most seen, or the planned switch-in's if more): it may take the disk buffer's room too.
     """
     start = max(op._start_rebuild_peak, SR.transient_bytes(op, column_bytes(op)))
-    return max(probe_reserve(op), start - max(op._disk_buffer_peak, op._disk_buffer_bytes))
+    return max(probe_reserve(op), start - disk_bytes(op))
 
 
 CACHE_CALL_SHARE = 0.01  # most of the budget one cache-phase call's index arrays may take
@@ -187,8 +188,7 @@ def prefetch_reserve(op: SemiStreamJoin) -> int:
     depth = prefetch_depth(op.master)
     if depth == 0:
         return 0
-    disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)
-    return max(depth * disk, prefetched_nbytes(op.master))
+    return max(depth * disk_bytes(op), prefetched_nbytes(op.master))
 
 
 INDEX_CHUNK_SHARE = 0.1  # index mode: the budget's share for one step's misses (the rest: H_R, entries, temporaries)
@@ -251,7 +251,7 @@ def allow_switching(op: SemiStreamJoin) -> None:
     """With H_S sized: the rows s_B may take in this R-cycle (:func:`ssbj.core.switchroom.allow`).
 
     The room is the budget less H_S as laid out, what the other structures hold and keep,
-    and the cushion H_S leaves for the next R-cycle start.
+    and the cushion H_S leaves for the next R-cycle start; at the switch-in, the disk buffer's too.
     """
     budget = op.spec.memory_budget
     room = 0
@@ -259,8 +259,7 @@ def allow_switching(op: SemiStreamJoin) -> None:
         held = fixed_bytes(op, sb_reserve=False) - temporaries_reserve(op) - op._sb_bytes
         room = budget - op.hs.nbytes() - held - int(cushion_bytes(op, op._plan.avail))
     switching = op._use_cache and op.fsm_code == SWITCHING
-    disk = max(op._disk_buffer_peak, op._disk_buffer_bytes)  # (free at the switch-in: the R-cycle start)
-    SR.allow(op, switching, room, probe_reserve(op), layout_row_bytes(op), column_bytes(op), disk)
+    SR.allow(op, switching, room, probe_reserve(op), layout_row_bytes(op), column_bytes(op), disk_bytes(op))
 
 
 # Cache.rebuild's arrays (ssbj.core.hrmerge): a row's order, new tag and run mark (4 each) and an

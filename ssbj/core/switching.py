@@ -123,7 +123,7 @@ def holds_rows(op: SemiStreamJoin, rows: int) -> bool:
         return False
     # a row as H_R holds it (the key too, when the projection leaves it out) and its tag
     row = max(op.row_cost(), B.layout_row_bytes(op) + 4)
-    need = rows * (row + op.entry_cost()) + max(op._disk_buffer_peak, op._disk_buffer_bytes)
+    need = rows * (row + op.entry_cost()) + B.disk_bytes(op)
     return need <= (1.0 - RESIDENT_HS_SHARE) * budget
 
 
