@@ -33,7 +33,7 @@ from ssbj.core.jit import njit
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
 from ssbj.core.resident import buffer_ids
-from ssbj.core.rowsize import held_nbytes, row_nbytes
+from ssbj.core.rowsize import held_nbytes, total_nbytes
 from ssbj.core.scanacc import RefreshRows
 
 if TYPE_CHECKING:
@@ -366,6 +366,6 @@ def note_master_rows(op: SemiStreamJoin, rows: pa.Table) -> None:
     if op._fixed_row_bytes:  # fixed-width columns: every row the same bytes
         mb = float(op._fixed_row_bytes * rows.num_rows)
     else:
-        mb = float(row_nbytes(rows.select(op._proj)).sum())
+        mb = float(total_nbytes(rows.select(op._proj)))
     op._vr_avg = (op._vr_avg * seen + mb) / (seen + rows.num_rows)
     op._c.bump("master_rows_measured", rows.num_rows)

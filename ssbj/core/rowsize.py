@@ -45,6 +45,41 @@ def _lengths(col: pa.ChunkedArray) -> np.ndarray:
     return out
 
 
+def _span_bytes(col: pa.ChunkedArray) -> int | None:
+    """Value bytes of a string/binary column from its offsets (``None``: a chunk with nulls, measured per row)."""
+    total = 0
+    wide = pa.types.is_large_string(col.type) or pa.types.is_large_binary(col.type)
+    for chunk in col.chunks:
+        if chunk.null_count or not len(chunk):
+            if chunk.null_count:
+                return None
+            continue
+        off = np.frombuffer(chunk.buffers()[1], dtype=np.int64 if wide else np.int32)
+        total += int(off[chunk.offset + len(chunk)]) - int(off[chunk.offset])
+    return total
+
+
+def total_nbytes(table: pa.Table) -> int:
+    """``row_nbytes(table).sum()`` without a per-row array: string columns from their offsets (v_R per partition)."""
+    n = table.num_rows
+    total = 0
+    for col in table.columns:
+        t = col.type
+        span = None
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            span = _span_bytes(col)
+            if span is not None:
+                total += 4 * n + span
+        elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+            span = _span_bytes(col)
+            if span is not None:
+                total += 8 * n + span
+        if span is None:
+            per = _column_bytes(col, n)
+            total += int(per.sum()) if isinstance(per, np.ndarray) else per * n
+    return total
+
+
 def row_nbytes(table: pa.Table) -> np.ndarray:
     """Bytes each row occupies in Arrow layout (values plus offsets), as int64."""
     n = table.num_rows
