@@ -393,10 +393,10 @@ def _set_ring(op: SemiStreamJoin, slots: int, w: int, per: float) -> None:
     slots = max(slots, hs.span + w, 1)
     var_per = max(0.0, per - hs.slot_bytes() - INDEX_SLOT * op._values_share / INDEX_LOAD)
     # string bytes for every slot not live now (the first R-cycle fills the whole ring), and
-    # re-sized when the rings held differ from that by more than 1/16 (not only with the slots)
+    # re-sized when the rings hold more than that (the budget counts them), or 1/16 less
     var_extra = int(var_per * max(slots - hs.span, w))
     held, target = hs.rows.var_capacity, hs.rows.var_bytes + var_extra
-    if slots != hs.cap or (held and abs(held - target) > target // 16):
+    if slots != hs.cap or (held and (held > target + 64 or held < target - target // 16)):
         hs.set_capacity(slots, var_extra)
     hs.fit_index(min(hs.values + w, slots))
     limit = index_limit(op)

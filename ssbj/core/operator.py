@@ -189,7 +189,7 @@ class SemiStreamJoin:
         self._c = Counters()
         self._vs_avg = 0.0
         self._vr_avg = 0.0
-        self._chunk_bytes = self.spec.chunk_bytes
+        self._chunk_bytes, self._chunk_carry = self.spec.chunk_bytes, 0  # (carry: ssbj.core.cachephase)
         self._disk_buffer_bytes = 0
         self._disk_keys_bytes = 0  # the disk buffer's encoded keys and validity
         self._disk_buffer_peak = 0

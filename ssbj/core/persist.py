@@ -143,6 +143,7 @@ def save(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int, meta: di
         "buffer": buf_name,
         "state": state_name,
         "chunk_bytes": op._chunk_bytes,
+        "chunk_carry": op._chunk_carry,
         "disk_buffer_bytes": op._disk_buffer_bytes,
         "disk_buffer_peak": op._disk_buffer_peak,
         "disk_keys_bytes": op._disk_keys_bytes,
@@ -218,7 +219,7 @@ def load(op: SemiStreamJoin, store: DirectoryStore, checkpoint_id: int | None) -
     op._ix_tick = int(m.get("index_tick", 0))
     op._cycle_open = bool(m.get("cycle_open", op._p != 0))  # older checkpoints: the scan never idled
     op._cycle_start = {int(k): v for k, v in m["cycle_start"].items()}
-    op._chunk_bytes = m["chunk_bytes"]
+    op._chunk_bytes, op._chunk_carry = m["chunk_bytes"], int(m.get("chunk_carry", 0))
     op._disk_buffer_bytes, op._disk_buffer_peak = m["disk_buffer_bytes"], m["disk_buffer_peak"]
     op._disk_keys_bytes = int(m.get("disk_keys_bytes", 0))
     op._values_share = float(m.get("values_share", 1.0))

@@ -240,6 +240,27 @@ class RowRing:
                 c.valid = nv
         self.cap = cap
 
+    def byte_room(self) -> tuple[int, int] | None:
+        """Return (a row's bytes beyond its strings, string bytes the byte rings still take), as ``row_nbytes`` counts.
+
+        The byte rings fill in proportion to the bytes appended to each so far (exact for
+        one). ``None`` without string/binary columns (the slots alone bound the rows), with
+        columns kept as Arrow segments, or with a variable-width column not stored here.
+        """
+        var = [c for c in self._cols if c.kind.startswith("var")]
+        if not var or self._other is not None:
+            return None
+        arrow = {"bool": 1, "var32": 4, "var64": 8}  # a value's (or an offset's) bytes in Arrow layout
+        fixed = sum(c.width if c.kind == "fixed" else arrow[c.kind] for c in self._cols)
+        for f in self.schema:  # a row's bytes count the columns not stored here too (the join key)
+            if f.name not in self.names:
+                if _kind(f.type) != "fixed":
+                    return None
+                fixed += f.type.bit_width // 8
+        shares = self._var_shares()
+        room = min((int(c.data.shape[0]) - self._live_var(c)) / max(shares[c.name], 1e-9) for c in var)
+        return fixed, max(int(room), 0)
+
     def nbytes(self) -> int:
         """Bytes held (rings at capacity, plus the Arrow segments of other columns)."""
         n = sum(c.nbytes() for c in self._cols)

@@ -142,3 +142,31 @@ def test_complete_cache_phase_arrays_counted_and_bounded(monkeypatch: Any) -> No
     assert complete_steps > 0 and read and max(read) <= B.cache_call_tuples(op)
     assert len(read) > 3  # the 40,000-tuple batches were read in bounded calls
     assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
+
+
+@pytest.mark.parametrize("budget", [30_000, 45_000, 80_000])
+@pytest.mark.parametrize("algorithm", ["ssbj", "meshjoin"])
+def test_few_tuples_a_chunk_still_fill_h_s(budget: int, algorithm: str) -> None:
+    """A chunk's bytes left by its cut go to the next chunk, so H_S fills its ring at two or three tuples a chunk.
+
+    Without the carry a chunk of ``most`` average tuples stopped before any tuple above the
+    average: MESHJOIN at 30 kB kept 0.77 of its slots filled (0.97 with it).
+    """
+    rng = np.random.default_rng(3)
+    n, nr = 30_000, 6_000
+    comment = [f"{i}:" + "y" * int(k) for i, k in enumerate(rng.integers(10, 120, n))]
+    stream = pa.table({"sk": pa.array(rng.integers(0, nr, n)), "comment": pa.array(comment)})
+    master = pa.table({"mk": pa.array(np.arange(nr)), "attr": pa.array(rng.integers(0, 100, nr))})
+    spec = JoinSpec("sk", "mk", ("attr",), algorithm=algorithm, memory_budget=budget, chunk_bytes=200)  # type: ignore[arg-type]
+    op = SemiStreamJoin(spec, ArrowMaster(master, 50), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    fill, peaks = [], []
+    for r in op.run(stream.to_batches(max_chunksize=500)):
+        out += as_multiset(r.enriched)
+        if r.metrics.r_cycle >= 3:
+            fill.append(op.hs.live / op.hs.cap)
+            peaks.append(r.metrics.memory.total / budget)
+    assert out == batch_join(stream, master, "sk", "mk", ["attr"])
+    assert len(fill) > 1_000
+    assert float(np.mean(fill)) >= 0.95, f"H_S held {np.mean(fill):.3f} of its slots"
+    assert max(peaks) <= 1.05
