@@ -263,7 +263,7 @@ class Cache:
         The new row order merges the kept runs with the added rows (:mod:`ssbj.core.hrmerge`);
         columns are rebuilt one at a time, so the extra memory while rebuilding is the order
         and new tags (8 B a row) and one new column (a variable-width or nullable one also
-        merged with the added rows first: twice) (:func:`ssbj.core.budget.rebuild_bytes`).
+        merged with the added rows first: twice) (:func:`ssbj.core.hrsize.rebuild_bytes`).
         Values in ``cached_after`` that end with no row become empty entries.
         """
         ix = self.index

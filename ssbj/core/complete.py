@@ -8,7 +8,7 @@ allowing it:
    value is neither cached (with rows, or empty) goes to the switching buffer s_B, with
    its partition tag (:func:`take_all_rows`): all rows of every uncached value, as the
    switching FSM collects them for one value. The budget reserves s_B and the switch-in's
-   transient for this R-cycle (:func:`ssbj.core.budget.take_all_bytes`).
+   transient for this R-cycle (:func:`ssbj.core.hrsize.take_all_bytes`).
 2. at the next R-cycle start (:func:`end_take_all`) all of s_B is switched in at once
    (:func:`ssbj.core.switching.rebuild_hr`, :func:`ssbj.core.switching.switch_in`: an H_S
    tuple that entered at partition p0 of the take-all R-cycle met p0..k-1 there and gets
@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core import budget as B
+from ssbj.core import hrsize as HZ
 from ssbj.core import switching as SW
 from ssbj.core import takeall as TA
 from ssbj.core.arrowtypes import take_rows
@@ -122,7 +123,7 @@ def end_take_all(
         del store
         op._sb_bytes = 0
     else:
-        peak = op.memory().total + B.switch_transient(op)  # H_S, old H_R, s_B and the rebuild, at once
+        peak = op.memory().total + HZ.switch_transient(op)  # H_S, old H_R, s_B and the rebuild, at once
         keys = np.unique(np.concatenate([k for _, k, _, _ in op._sb])) if op._sb else np.zeros(0, np.int64)
         if len(keys):
             SW.rebuild_hr(op, np.zeros(0, np.int64), keys)
@@ -211,13 +212,13 @@ def next_mode(op: SemiStreamJoin, resident: bool) -> None:
     if op._take_all or op._sb or not (resident and allowed(op)) or not take_all_fits(op):
         op._take_all_pending = False
         return
-    reserve = B.take_all_bytes(op)
+    reserve = HZ.take_all_bytes(op)
     op._take_all_reserve = reserve
     if op._take_all_pending or _ring_fits_beside(op, reserve):
         op._take_all_pending = False
         op._take_all = True
-        if B.store_path(op):
-            op._store = TA.RowStore(op._master_layout, B.store_rows(max(int(op._scan_last[0]), op.cache.rows)))
+        if HZ.store_path(op):
+            op._store = TA.RowStore(op._master_layout, HZ.store_rows(max(int(op._scan_last[0]), op.cache.rows)))
             op._sb_bytes = op._store.nbytes
         op._c.bump("take_all_cycles")
     else:  # H_S's live tuples hold the room: reserve it for an R-cycle first, while the ring shrinks
@@ -248,7 +249,7 @@ def take_all_fits(op: SemiStreamJoin) -> bool:
     # H_S of that share (the ring shrinks to what the take-all leaves it)
     temps = op._transient_per_tuple * hs / max(B.per_tuple_bytes(op), 1.0)
     held = B.fixed_bytes(op, sb_reserve=False) - B.temporaries_reserve(op) + temps
-    return held + B.take_all_bytes(op) + hs <= budget
+    return held + HZ.take_all_bytes(op) + hs <= budget
 
 
 def refresh_fits(op: SemiStreamJoin, rows: int) -> bool:
@@ -256,8 +257,8 @@ def refresh_fits(op: SemiStreamJoin, rows: int) -> bool:
     budget = op.spec.memory_budget
     if budget is None or not SW.holds_rows(op, rows):
         return False
-    grow = max(0, rows - op.cache.rows) * (B.layout_row_bytes(op) + 4 + op.entry_cost())
-    return op.memory().total + grow + B.rebuild_bytes(op, rows) <= budget
+    grow = max(0, rows - op.cache.rows) * (HZ.layout_row_bytes(op) + 4 + op.entry_cost())
+    return op.memory().total + grow + HZ.rebuild_bytes(op, rows) <= budget
 
 
 def refresh_room(op: SemiStreamJoin, p: int, rows_of_p: int) -> bool:
@@ -271,8 +272,8 @@ def refresh_room(op: SemiStreamJoin, p: int, rows_of_p: int) -> bool:
     if budget is None or grow <= 0:
         return True
     rows = op.cache.rows + grow
-    temps = max(B.rebuild_bytes(op, rows) - B.temporaries_reserve(op), 0)  # beyond what is reserved
-    return op.memory().total + grow * (B.layout_row_bytes(op) + 4) + temps <= budget
+    temps = max(HZ.rebuild_bytes(op, rows) - B.temporaries_reserve(op), 0)  # beyond what is reserved
+    return op.memory().total + grow * (HZ.layout_row_bytes(op) + 4) + temps <= budget
 
 
 def clear_cache(op: SemiStreamJoin, beside: int = 0) -> bool:
@@ -381,7 +382,7 @@ def refresh_complete(
             return clear_cache(op, beside)
         return cache.refresh(p, part, keys, rf_row, rf_slot, 0, op._rc, beside)
     before = cache.index.keys[cache.index.used]
-    op._switch_transient = max(op._switch_transient, B.rebuild_bytes(op, rows_after))  # (reported with the step)
+    op._switch_transient = max(op._switch_transient, HZ.rebuild_bytes(op, rows_after))  # (reported with the step)
     src = np.full(part.num_rows, p, np.int32)
     cache.rebuild(np.zeros(0, np.int64), part, keys, src, op._rc, keep_src_not=p, beside=beside + src.nbytes)
     if n_new:

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core import budget as B
+from ssbj.core import hrsize as HZ
 from ssbj.core.cache import HR_F, HR_SINCE, INDEX_LOAD
 from ssbj.core.diskphase import note_master_rows
 from ssbj.core.hashing import capacity_for
@@ -114,11 +115,11 @@ def _room(op: SemiStreamJoin, more_rows: int, more_values: int, beside: int) -> 
     step = op.hs.nbytes() + op._transient_per_tuple * op.hs.cap
     short = max(0.0, B.INDEX_CHUNK_SHARE * budget - step)
     cache = op.cache
-    widest = B.widest_column_bytes(op)
+    widest = HZ.widest_column_bytes(op)
     columns = widest * (cache.rows + 3 * more_rows)
     grows = capacity_for(cache.values + more_values, INDEX_LOAD) > cache.index.cap
     index = cache.index.nbytes + 16 * more_values if grows else 0
-    held = beside + more_rows * (B.layout_row_bytes(op) + APPEND_ROW_BYTES)
+    held = beside + more_rows * (HZ.layout_row_bytes(op) + APPEND_ROW_BYTES)
     extra = max(0.0, max(columns, index) + held - B.temporaries_reserve(op))
     return B.unplanned(op) - extra - short
 
@@ -140,7 +141,7 @@ def admit(op: SemiStreamJoin, offer: Offer, read: int) -> None:
     if not len(want):
         return
     want = want[np.argsort(-(per_cycle[want] / np.maximum(cost[want], 1.0)), kind="stable")]
-    held = cnt[want] * (B.layout_row_bytes(op) + 4) + np.where(cnt[want] > 0, op.entry_cost(), op.empty_cost())
+    held = cnt[want] * (HZ.layout_row_bytes(op) + 4) + np.where(cnt[want] > 0, op.entry_cost(), op.empty_cost())
     room = _room(op, int(cnt[want].sum()), len(want), f.nbytes)
     if room <= 0:
         op._c.bump("index_no_room", len(want))

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core import budget as B
+from ssbj.core import hrsize as HZ
 from ssbj.core.hashing import kset_find
 from ssbj.core.hs import hs_remove
 from ssbj.core.jit import njit
@@ -122,7 +123,7 @@ def holds_rows(op: SemiStreamJoin, rows: int) -> bool:
     if budget is None or not op._use_cache:
         return False
     # a row as H_R holds it (the key too, when the projection leaves it out) and its tag
-    row = max(op.row_cost(), B.layout_row_bytes(op) + 4)
+    row = max(op.row_cost(), HZ.layout_row_bytes(op) + 4)
     need = rows * (row + op.entry_cost()) + B.disk_bytes(op)
     return need <= (1.0 - RESIDENT_HS_SHARE) * budget
 

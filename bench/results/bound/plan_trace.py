@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stepcost_ab import configs, setup
 
 import ssbj.core.budget as B
+import ssbj.core.hrsize as HZ
 import ssbj.core.switchroom as SR
 from ssbj.bench.harness import _run
 
@@ -48,7 +49,7 @@ def main(frac: float, k: int, name: str) -> None:
             "cushion": share(B.cushion_bytes(op, op._plan.avail)),
             "disk_buffer": share(max(op._disk_buffer_peak, op._disk_buffer_bytes)),
             "h_r": share(op.cache.nbytes()),
-            "s_b_reserve": share(SR.reserve_bytes(op, B.layout_row_bytes(op))),
+            "s_b_reserve": share(SR.reserve_bytes(op, HZ.layout_row_bytes(op))),
             "statistics_and_interest": share(op.stats.nbytes + op.interest.nbytes),
             "r_filter": share(op.rfilter.nbytes + op._rf_pending),
             "temporaries_reserve": share(B.temporaries_reserve(op)),
@@ -56,7 +57,7 @@ def main(frac: float, k: int, name: str) -> None:
             "per_tuple_term": share(op._transient_per_tuple * op.hs.cap),
             "cache_calls": share(B.cache_call_tuples(op) * B.CACHE_CALL_BYTES),
             "rebuild_peak": share(op._rebuild_peak),
-            "switch_in": share(SR.transient_bytes(op, B.column_bytes(op))),
+            "switch_in": share(SR.transient_bytes(op, HZ.column_bytes(op))),
         }
         print(json.dumps(line), flush=True)
 
