@@ -31,11 +31,8 @@ def rings(op: SemiStreamJoin) -> list[tuple[str, int]]:
     return [(c.name, int(c.data.shape[0])) for c in op.hs.rows._cols if c.kind.startswith("var")]
 
 
-def main() -> None:
-    """Run one configuration and print where its memory peaked."""
-    algo, frac = sys.argv[1], float(sys.argv[2])
-    sf = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
-    cycles = int(sys.argv[4]) if len(sys.argv) > 4 else 12
+def setup(algo: str, frac: float, sf: float = 1.0) -> tuple[Any, Any, SemiStreamJoin, int, int]:
+    """Return (preset, dataset, operator, budget, b): the bench's TPC-H data and plan with fixed constants."""
     p = dataclasses.replace(PRESETS["full"], tpch_scale=sf)
     bench = Bench(p, Path(tempfile.gettempdir()) / "ssbj-tpch-peak")
     bench.work_dir.mkdir(exist_ok=True)
@@ -54,6 +51,15 @@ def main() -> None:
         min_chunk_bytes=max(1, math.ceil(ds.v_s)),
     )
     op = SemiStreamJoin(spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema, cost_model=bench.model())
+    return p, ds, op, budget, b
+
+
+def main() -> None:
+    """Run one configuration and print where its memory peaked."""
+    algo, frac = sys.argv[1], float(sys.argv[2])
+    sf = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
+    cycles = int(sys.argv[4]) if len(sys.argv) > 4 else 12
+    p, ds, op, budget, b = setup(algo, frac, sf)
     batches = ds.batches(p.batch_rows, p.max_stream_rows)
     print(f"budget {budget} b {b} v_s {ds.v_s:.1f} v_r {ds.v_r:.1f}")
     peak: tuple[int, Any] = (0, None)

@@ -5,8 +5,8 @@ Usage (from the repository root; ``PYTHONPATH`` selects the code measured):
     PYTHONPATH=$PWD .venv/bin/python bench/results/tpch_small/tpch_fill.py FRACTION [R-CYCLES] [FIRST] [REPS]
 
 The bench's TPC-H SF 1 data (``ssbj.bench.datasets.tpch_dataset``: orders stream, customer
-master) and b planned as ``Bench.pair`` plans it with fixed cost constants (as
-``bench/results/bound/tpch_peak.py``), a budget of FRACTION of R's projected bytes. Each
+master) and b planned as ``Bench.pair`` plans it with fixed cost constants
+(``bench/results/bound/tpch_peak.py``'s ``setup``), a budget of FRACTION of R's projected bytes. Each
 algorithm runs R-CYCLES R-cycles (default 10); from R-cycle FIRST on (default 4) it sums the
 tuples read and the step's CPU time (``time.process_time``). REPS rounds (default 3), the
 two algorithms interleaved in each. Tuples per R-cycle are deterministic; the CPU ratio is
@@ -15,43 +15,21 @@ the median of the rounds' ratios. Prints one JSON line per run and a summary lin
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from ssbj.bench.datasets import tpch_dataset
-from ssbj.bench.harness import PRESETS, Bench
-from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
+sys.path.insert(0, "bench/results/bound")
+import tpch_peak as TP
+
 from ssbj.core.budget import breakdown
-from ssbj.core.costmodel import CostConstants
 
 
 def run(algo: str, frac: float, cycles: int, first: int) -> dict[str, Any]:
     """One run: tuples per R-cycle, CPU seconds per R-cycle and the peak over R-cycles >= 2."""
-    p = dataclasses.replace(PRESETS["full"], tpch_scale=1.0)
-    bench = Bench(p, Path(tempfile.gettempdir()) / "ssbj-tpch-peak")
-    bench.work_dir.mkdir(exist_ok=True)
-    bench.set_model(CostConstants(c_fixed=570_000.0, c_h=6.0, c_s=1400.0))
-    ds = tpch_dataset(p, bench.work_dir)
-    budget = int(frac * ds.r_bytes)
-    b, _ = bench.plan_pieces(ds, budget, False)
-    spec = JoinSpec(
-        stream_key=ds.stream_key,
-        master_key=ds.master_key,
-        master_columns=ds.master_columns,
-        algorithm=algo,  # type: ignore[arg-type]
-        chunk_bytes=max(1, budget // 16),
-        max_step_tuples=p.max_step_tuples,
-        memory_budget=budget,
-        min_chunk_bytes=max(1, math.ceil(ds.v_s)),
-    )
-    op = SemiStreamJoin(spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema, cost_model=bench.model())
+    p, ds, op, budget, b = TP.setup(algo, frac)
     batches = ds.batches(p.batch_rows, p.max_stream_rows)
     w = served = 0
     cpu = 0.0
