@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from ssbj.core.hsrows import HSRows
 from ssbj.core.jit import njit
+from ssbj.core.rowsize import value_bytes
 from ssbj.errors import StateError
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
@@ -172,6 +173,7 @@ class RowRing:
             self._cols.append(c)
         self._other_names = other
         self._other = HSRows(pa.schema([schema.field(n) for n in other])) if other else None
+        self._row_fixed = self._fixed_row_bytes()  # (the schema's: once, not every step)
         self.cap = 0
         self.lo = 0
         self.hi = 0
@@ -240,26 +242,34 @@ class RowRing:
                 c.valid = nv
         self.cap = cap
 
+    def _fixed_row_bytes(self) -> int | None:
+        """Return a row's bytes beyond its strings, as ``row_nbytes`` counts them, if the byte rings hold its strings.
+
+        ``None`` without string/binary columns (the slots alone bound the rows), with columns
+        kept as Arrow segments, or with a column not stored here that is not fixed-width.
+        """
+        if self._other is not None or not any(c.kind.startswith("var") for c in self._cols):
+            return None
+        total = 0
+        for f in self.schema:  # a row's bytes count the columns not stored here too (the join key)
+            width = value_bytes(f.type)
+            if width is None or (f.name not in self.names and _kind(f.type) != "fixed"):
+                return None
+            total += width
+        return total
+
     def byte_room(self) -> tuple[int, int] | None:
         """Return (a row's bytes beyond its strings, string bytes the byte rings still take), as ``row_nbytes`` counts.
 
         The byte rings fill in proportion to the bytes appended to each so far (exact for
-        one). ``None`` without string/binary columns (the slots alone bound the rows), with
-        columns kept as Arrow segments, or with a variable-width column not stored here.
+        one); ``None`` where :meth:`_fixed_row_bytes` is.
         """
-        var = [c for c in self._cols if c.kind.startswith("var")]
-        if not var or self._other is not None:
+        if self._row_fixed is None:
             return None
-        arrow = {"bool": 1, "var32": 4, "var64": 8}  # a value's (or an offset's) bytes in Arrow layout
-        fixed = sum(c.width if c.kind == "fixed" else arrow[c.kind] for c in self._cols)
-        for f in self.schema:  # a row's bytes count the columns not stored here too (the join key)
-            if f.name not in self.names:
-                if _kind(f.type) != "fixed":
-                    return None
-                fixed += f.type.bit_width // 8
+        var = [c for c in self._cols if c.kind.startswith("var")]
         shares = self._var_shares()
         room = min((int(c.data.shape[0]) - self._live_var(c)) / max(shares[c.name], 1e-9) for c in var)
-        return fixed, max(int(room), 0)
+        return self._row_fixed, max(int(room), 0)
 
     def nbytes(self) -> int:
         """Bytes held (rings at capacity, plus the Arrow segments of other columns)."""

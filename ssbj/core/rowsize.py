@@ -45,6 +45,32 @@ def _lengths(col: pa.ChunkedArray) -> np.ndarray:
     return out
 
 
+def value_bytes(t: pa.DataType) -> int | None:
+    """Bytes :func:`row_nbytes` counts for one value of type ``t`` beyond string data: its width or offset.
+
+    ``None`` where it is measured per row (dictionaries, views, types without a bit width).
+    """
+    if pa.types.is_dictionary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        return None
+    if pa.types.is_boolean(t):
+        return 1
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return 4
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return 8
+    try:
+        return max(1, int(t.bit_width) // 8)
+    except ValueError:
+        return None
+
+
+def has_strings(t: pa.DataType) -> bool:
+    """Whether values of ``t`` carry string data beyond :func:`value_bytes` (string/binary, large or not)."""
+    return bool(
+        pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    )
+
+
 def _span_bytes(col: pa.ChunkedArray) -> int | None:
     """Value bytes of a string/binary column from its offsets (``None``: a chunk with nulls, measured per row)."""
     total = 0
@@ -64,19 +90,13 @@ def total_nbytes(table: pa.Table) -> int:
     n = table.num_rows
     total = 0
     for col in table.columns:
-        t = col.type
-        span = None
-        if pa.types.is_string(t) or pa.types.is_binary(t):
-            span = _span_bytes(col)
-            if span is not None:
-                total += 4 * n + span
-        elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-            span = _span_bytes(col)
-            if span is not None:
-                total += 8 * n + span
-        if span is None:
+        width = value_bytes(col.type)
+        span = _span_bytes(col) if has_strings(col.type) else 0
+        if width is None or span is None:
             per = _column_bytes(col, n)
             total += int(per.sum()) if isinstance(per, np.ndarray) else per * n
+        else:
+            total += width * n + span
     return total
 
 
