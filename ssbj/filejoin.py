@@ -268,13 +268,9 @@ def cmd_join(args: argparse.Namespace) -> int:
     joined = plan_join(settings, v_s, master.num_rows, v_r, model)
     plan = joined.memory
     assert plan is not None  # noqa: S101  (b and w are both planned here)
-    op = SemiStreamJoin(
-        joined.spec,
-        ArrowMaster(master, joined.partition_rows),
-        stream_schema,
-        master.schema,
-        cost_model=model,
-    )
+    held = ArrowMaster(master, joined.partition_rows)
+    master = held.table  # one chunk per column, a copy if the file's were several: not both kept
+    op = SemiStreamJoin(joined.spec, held, stream_schema, master.schema, cost_model=model)
     stats = RunStats()
     feed: Iterator[pa.Table] = chain([first], batches) if first is not None else iter(())
     sample = _KeySample(args.stream_key)

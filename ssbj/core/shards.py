@@ -26,7 +26,6 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
-from ssbj.core.arrowtypes import plain_table
 from ssbj.core.keys import EncodedKeys, encode_keys, key_family
 from ssbj.core.master import ArrowMaster
 from ssbj.errors import ConfigError
@@ -208,8 +207,8 @@ class ShardedArrowMaster:
         parts = [master.read_partition(p) for p in range(master.num_partitions())]
         whole = pa.concat_tables(parts) if parts else master.schema.empty_table()
         mine = route_column(whole.column(key), self.family, router) == shard
-        self._share = plain_table(whole.filter(pa.array(mine)))
-        self._inner = ArrowMaster(self._share, partition_rows or master.partition_rows)
+        self._inner = ArrowMaster(whole.filter(pa.array(mine)), partition_rows or master.partition_rows)
+        self._share = self._inner.table  # (one chunk per column: the filter keeps the parts' chunks)
 
     @property
     def share(self) -> pa.Table:
