@@ -32,7 +32,7 @@ from ssbj.core.hs import SWITCHING, eligible_before, since_mark
 from ssbj.core.jit import njit
 from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.core.master import partition_pieces
-from ssbj.core.resident import buffer_ids
+from ssbj.core.resident import BufferIds, buffer_ids
 from ssbj.core.rowsize import held_nbytes, total_nbytes
 from ssbj.core.scanacc import RefreshRows
 
@@ -61,16 +61,17 @@ def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Ta
     """
     rows = op.spec.disk_chunk_rows
     t0 = time.perf_counter()
-    view = resident_view(op, p) if rows is not None else None
-    if view is not None:
+    resident = resident_view(op, p) if rows is not None else None
+    if resident is not None:
+        view, keys = resident
         waited = time.perf_counter() - t0
         acc = _accumulator(op, True)
-        ids = buffer_ids(view)
+        ids = acc.ids = buffer_ids(view)
         if acc.refresh and not op._complete and op._read_memo.unchanged(p, ids):
             acc.refresh = False  # the very buffers of p's last read: H_R is consistent with them already
             op._c.bump("refresh_skipped_unchanged")
         op._disk_buffer_bytes = 0
-        disk_phase(op, p, view, fsm, pairs, acc, charge_rows=rows)
+        disk_phase(op, p, view, fsm, pairs, acc, charge_rows=rows, keys=keys)
         n = _finish(op, p, acc, pairs, view.num_rows)
         op._read_memo.remember(p, view, ids)
         return n, waited
@@ -94,8 +95,13 @@ def scan_partition(op: SemiStreamJoin, p: int, fsm: int, pairs: list[tuple[pa.Ta
     return _finish(op, p, acc, pairs, n), waited
 
 
-def resident_view(op: SemiStreamJoin, p: int) -> pa.Table | None:
-    """Partition p as a view of a resident master with int64 keys and no NULLs, else None."""
+def resident_view(op: SemiStreamJoin, p: int) -> tuple[pa.Table, EncodedKeys] | None:
+    """Partition p as a view of a resident master, and its encoded keys; None if the master is not resident.
+
+    int64 keys without NULLs are the partition's own buffer; other keys are the master's
+    encoding of the whole column, made once (``resident_keys``), else the partition goes
+    in pieces.
+    """
     get = getattr(op.master, "resident_partition", None)
     if get is None:
         return None
@@ -103,9 +109,13 @@ def resident_view(op: SemiStreamJoin, p: int) -> pa.Table | None:
     if not part.schema.equals(op._master_layout):
         part = plain_table(part)
     col = part.column(0)
-    if col.type != pa.int64() or col.null_count or col.num_chunks != 1:  # (an empty table may have no chunk)
+    if col.type == pa.int64() and not col.null_count and col.num_chunks == 1:  # (an empty table may have no chunk)
+        return part, EncodedKeys(np.asarray(col.chunk(0).to_numpy(zero_copy_only=True)), _ALL_VALID)
+    keys = getattr(op.master, "resident_keys", None)
+    if keys is None:
         return None
-    return part
+    enc = keys(p, op.spec.master_key, op._family)
+    return (part, enc) if len(enc.values) == part.num_rows else None
 
 
 def _accumulator(op: SemiStreamJoin, whole: bool) -> RefreshRows:
@@ -149,24 +159,31 @@ def disk_phase(
     pairs: list[tuple[pa.Table, pa.Table]],
     acc: RefreshRows,
     charge_rows: int | None = None,
+    keys: EncodedKeys | None = None,
 ) -> None:
     """Probe H_S with one piece of partition p held in the disk buffer (lines 24-38).
 
-    ``charge_rows``: ``part`` is a resident partition's view (int64 keys, no NULLs, see
+    ``charge_rows``: ``part`` is a resident partition's view with its encoded ``keys`` (see
     :func:`resident_view`), probed whole, with the disk buffer charged pieces of that many rows.
     """
-    if charge_rows is None:
+    if charge_rows is None or keys is None:
         mk = encode_keys(part.column(0), op._family)
-    else:  # the key column itself, and no validity array (an empty one means all valid)
-        mk = EncodedKeys(np.asarray(part.column(0).chunk(0).to_numpy(zero_copy_only=True)), _ALL_VALID)
-    # int64 keys without NULLs are a view of the partition's own buffer (ssbj.core.keys)
-    own = mk.values.flags.owndata or mk.values.base is None
-    keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
+        # int64 keys without NULLs are a view of the piece's own buffer (ssbj.core.keys); any
+        # other encoding is a new buffer, a view of an Arrow result included (NULLs filled)
+        col = part.column(0)
+        own = not (col.type == pa.int64() and not col.null_count)
+        keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
+    else:  # what a piece's encoding would hold: none for the partition's own int64 buffer
+        mk = keys
+        m = min(charge_rows, len(mk.values))
+        col = part.column(0)
+        keys_bytes = 0 if col.type == pa.int64() and not col.null_count else 9 * m
     if charge_rows is not None:
-        _charge_pieces(op, part, charge_rows, keys_bytes)
+        _charge_pieces(op, p, part, charge_rows, keys_bytes, acc.ids)
     # the largest piece of the partition (a piece's nbytes costs ~16 us: with fixed-width
-    # columns only, bytes grow with rows, so only a piece with more rows can be larger)
-    elif part.num_rows > acc.max_rows or not op._master_fixed:
+    # columns only, bytes grow with rows, so only a piece with more rows, or with NULL keys
+    # (their encoding is a copy), can be larger)
+    elif part.num_rows > acc.max_rows or not op._master_fixed or keys_bytes > op._disk_keys_bytes:
         acc.max_rows = max(acc.max_rows, part.num_rows)
         nbytes = int(part.nbytes) + keys_bytes
         if nbytes >= op._disk_buffer_bytes:
@@ -318,8 +335,14 @@ def _to_sb(op: SemiStreamJoin, part: pa.Table, mk: EncodedKeys, sb: np.ndarray, 
     op._sb_bytes += int(t.nbytes) + 12 * len(sb)
 
 
-def _charge_pieces(op: SemiStreamJoin, part: pa.Table, rows: int, keys_bytes: int) -> None:
-    """Charge the disk buffer the largest piece of ``rows`` rows of a resident partition (and its keys)."""
+def _charge_pieces(
+    op: SemiStreamJoin, p: int, part: pa.Table, rows: int, keys_bytes: int, ids: BufferIds | None
+) -> None:
+    """Charge the disk buffer the largest piece of ``rows`` rows of resident partition p (and its keys).
+
+    With variable-width columns every piece is measured (a slice's nbytes ~14 us: at 1% of R,
+    391 pieces a partition), once per partition's buffers (``ids``).
+    """
     n = part.num_rows
     if op._master_fixed:  # bytes grow with rows alone: measured once per piece size (a slice's nbytes ~100 us)
         m = min(n, rows)
@@ -329,7 +352,10 @@ def _charge_pieces(op: SemiStreamJoin, part: pa.Table, rows: int, keys_bytes: in
     elif n <= rows:
         nbytes = int(part.nbytes)
     else:
-        nbytes = max(int(part.slice(i, rows).nbytes) for i in range(0, n, rows))
+        known = op._read_memo.piece_bytes(p, ids, rows) if ids is not None else None
+        nbytes = known if known is not None else max(int(part.slice(i, rows).nbytes) for i in range(0, n, rows))
+        if known is None and ids is not None:
+            op._read_memo.note_piece_bytes(p, ids, rows, nbytes)
     op._disk_keys_bytes = keys_bytes
     op._disk_buffer_bytes = nbytes + keys_bytes
 

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 
 from ssbj.contracts import PARTITION_COLUMN, MasterChunks, MasterResident, MasterScan
 from ssbj.core.arrowtypes import plain_table
+from ssbj.core.keys import EncodedKeys, encode_keys
 from ssbj.errors import ConfigError
 
 __all__ = ["ArrowMaster", "MasterChunks", "MasterResident", "MasterScan", "contiguous", "partition_pieces"]
@@ -41,7 +42,10 @@ class ArrowMaster:
     """R held as an Arrow table (a Parquet/CSV file read once); partitions are zero-copy slices.
 
     The table is made :func:`contiguous` (one copy if it came in chunks), so that every
-    partition is a one-chunk view: :attr:`table` is what the master holds.
+    partition is a one-chunk view: :attr:`table` is what the master holds. A join key that
+    is not int64 without NULLs is encoded once, whole (:meth:`resident_keys`: 9 B a row
+    beside R, which is the source and not in the operator's budget), so its partitions
+    are probed in one pass too instead of encoded piece by piece.
     """
 
     def __init__(self, table: pa.Table, partition_rows: int) -> None:
@@ -50,6 +54,7 @@ class ArrowMaster:
         self._table = contiguous(plain_table(table))
         self._b = partition_rows
         self._unique: dict[str, bool] = {}
+        self._keys: dict[tuple[str, str], EncodedKeys] = {}
 
     @property
     def table(self) -> pa.Table:
@@ -78,12 +83,16 @@ class ArrowMaster:
     def key_unique(self, column: str) -> bool:
         """Whether ``column`` holds each non-NULL value once (:class:`ssbj.contracts.MasterKeyUnique`).
 
-        Checked on the rows themselves, once: the table never changes.
+        Checked on the rows themselves, once: the table never changes. Integers are sorted
+        (2M keys: 0.08 s against count_distinct's 1.4 s), other types hashed.
         """
         if column not in self._unique:
-            col = self._table.column(column)
-            distinct = pc.count_distinct(col, mode="only_valid").as_py()
-            self._unique[column] = distinct == len(col) - col.null_count
+            vals = pc.drop_null(self._table.column(column))
+            if pa.types.is_integer(vals.type):
+                a = np.sort(vals.to_numpy())
+                self._unique[column] = not bool((a[1:] == a[:-1]).any())
+            else:
+                self._unique[column] = len(pc.unique(vals)) == len(vals)
         return self._unique[column]
 
     def read_partition(self, p: int) -> pa.Table:
@@ -93,6 +102,21 @@ class ArrowMaster:
     def resident_partition(self, p: int) -> pa.Table:
         """Slice ``p`` of R, a zero-copy view (:class:`ssbj.contracts.MasterResident`)."""
         return self.read_partition(p)
+
+    def resident_keys(self, p: int, column: str, family: str) -> EncodedKeys:
+        """Join keys of partition ``p``'s ``column`` encoded for ``family``: views of the whole column's encoding.
+
+        ``valid`` is empty (every key valid) for a partition without NULL keys.
+        """
+        enc = self._keys.get((column, family))
+        if enc is None:
+            enc = encode_keys(self._table.column(column), family)
+            if enc.valid.all():
+                enc = EncodedKeys(enc.values, enc.valid[:0])
+            self._keys[(column, family)] = enc
+        lo = p * self._b
+        valid = enc.valid[lo : lo + self._b]
+        return EncodedKeys(enc.values[lo : lo + self._b], valid if len(valid) and not valid.all() else enc.valid[:0])
 
     def read_partition_chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
         """Slice ``p`` of R in zero-copy pieces of at most ``rows`` rows (:class:`MasterChunks`)."""

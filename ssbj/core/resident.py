@@ -45,11 +45,21 @@ class ReadMemo:
 
     def __init__(self) -> None:
         self._seen: dict[int, tuple[BufferIds, list[pa.Buffer]]] = {}
+        self._pieces: dict[int, tuple[BufferIds, int, int]] = {}  # p -> (buffers, piece rows, largest piece's bytes)
 
     def unchanged(self, p: int, ids: BufferIds) -> bool:
         """Whether the last read of ``p`` brought exactly the buffers ``ids``."""
         last = self._seen.get(p)
         return last is not None and last[0] == ids
+
+    def piece_bytes(self, p: int, ids: BufferIds, rows: int) -> int | None:
+        """Bytes of the largest ``rows``-row piece of ``p``, if known for these very buffers."""
+        got = self._pieces.get(p)
+        return got[2] if got is not None and got[0] == ids and got[1] == rows and self.unchanged(p, ids) else None
+
+    def note_piece_bytes(self, p: int, ids: BufferIds, rows: int, nbytes: int) -> None:
+        """Remember the largest piece's bytes of ``p`` read as ``ids`` (valid once :meth:`remember` holds them)."""
+        self._pieces[p] = (ids, rows, nbytes)
 
     def remember(self, p: int, t: pa.Table, ids: BufferIds) -> None:
         """``t`` (with buffers ``ids``) is now the last read of ``p``."""

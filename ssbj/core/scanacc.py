@@ -39,6 +39,7 @@ class RefreshRows:
         self.slots: list[np.ndarray] = []  # H_S slots of the pairs (offsets from lo, int32), per piece
         self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
         self.max_rows = 0  # rows of the largest piece so far
+        self.ids: tuple[tuple[int, int, int, int], ...] | None = None  # a resident view's buffers (ssbj.core.resident)
 
     def rows(
         self,

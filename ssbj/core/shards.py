@@ -246,6 +246,10 @@ class ShardedArrowMaster:
         """Partition ``p`` of the share, a zero-copy view (:class:`ssbj.contracts.MasterResident`)."""
         return self._inner.resident_partition(p)
 
+    def resident_keys(self, p: int, column: str, family: str) -> EncodedKeys:
+        """Join keys of partition ``p`` of the share, encoded once (:meth:`ArrowMaster.resident_keys`)."""
+        return self._inner.resident_keys(p, column, family)
+
     def read_partition_chunks(self, p: int, rows: int) -> Iterator[pa.Table]:
         """Partition ``p`` of the share in pieces of at most ``rows`` rows."""
         return self._inner.read_partition_chunks(p, rows)

@@ -214,9 +214,13 @@ def test_resident_partition_probed_in_one_pass_as_in_pieces(sc: dict[str, Any]) 
     assert resident == streamed
     # the pieces' key validity arrays (1 B a row) are all that the resident pass does not hold, but
     # for the columns' null bitmaps (a piece read anew has one only if it holds a NULL; a resident
-    # slice shares its column's): up to one bit a row a column, either way
+    # slice shares its column's): up to one bit a row a column, either way. A partition with NULL
+    # keys is charged as if its every piece held one (their encoding is a copy: 8 B a row more)
     bitmaps = table.num_columns * -(-sc["pieces"] // 8)
-    assert all(s - sc["pieces"] - bitmaps <= r <= s + bitmaps for r, s in zip(charged_r, charged_s, strict=True))
+    nulls = 8 * sc["pieces"] if None in sc["master_keys"] else 0
+    assert all(
+        s - sc["pieces"] - bitmaps <= r <= s + bitmaps + nulls for r, s in zip(charged_r, charged_s, strict=True)
+    )
 
 
 @pytest.mark.parametrize("rows", [0, 3])
@@ -388,14 +392,27 @@ def test_planner_chooses_k_by_the_cost_model() -> None:
         assert plans[2].w_s * plans[2].partitions < plans[1].w_s * plans[1].partitions
 
 
+def _probe_calls(monkeypatch: Any) -> list[int]:
+    """Rows of every disk-phase kernel call from now on (the master rows it was handed)."""
+    import ssbj.core.diskphase as DP
+
+    calls: list[int] = []
+    probe = DP.disk_probe
+
+    def counted(*a: Any) -> Any:
+        calls.append(len(a[0]))
+        return probe(*a)
+
+    monkeypatch.setattr(DP, "disk_probe", counted)
+    return calls
+
+
 def test_chunked_arrow_master_is_held_in_one_chunk_and_probed_in_one_pass(monkeypatch: Any) -> None:
     """A master read in chunks (as ``pq.read_table`` returns a Parquet file) is held one chunk a column.
 
     Its partitions span the chunks; as views of one chunk they are probed in one compiled
     pass each, not in ``disk_chunk_rows`` pieces (~8x slower at 1% of R on a 2M-row master).
     """
-    import ssbj.core.diskphase as DP
-
     n = 50
     whole = pa.table({"mk": pa.array([i % 17 for i in range(n)], pa.int64()), "s": [f"v{i}" for i in range(n)]})
     chunked = pa.concat_tables([whole.slice(i, 7) for i in range(0, n, 7)])
@@ -404,14 +421,7 @@ def test_chunked_arrow_master_is_held_in_one_chunk_and_probed_in_one_pass(monkey
     assert master.table.equals(whole)
     assert all(c.num_chunks == 1 for c in master.table.columns)
     assert all(master.resident_partition(p).column(0).num_chunks == 1 for p in range(master.num_partitions()))
-    calls: list[int] = []
-
-    def counted(*a: Any) -> Any:
-        calls.append(len(a[0]))
-        return probe(*a)
-
-    probe = DP.disk_probe
-    monkeypatch.setattr(DP, "disk_probe", counted)
+    calls = _probe_calls(monkeypatch)
     stream = pa.table({"sid": pa.array(range(40), pa.int64()), "sk": pa.array([i % 23 for i in range(40)], pa.int64())})
     op = SemiStreamJoin(JoinSpec("sk", "mk", ("s",), disk_chunk_rows=3), master, stream.schema, chunked.schema)
     out: Counter[Any] = Counter()
@@ -419,3 +429,37 @@ def test_chunked_arrow_master_is_held_in_one_chunk_and_probed_in_one_pass(monkey
         out += as_multiset(r.enriched)
     assert out == batch_join(stream, whole, "sk", "mk", ["s"])
     assert calls and set(calls) <= {20, 10}  # whole partitions (the last holds 10 rows), never 3-row pieces
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        pa.array([i % 17 for i in range(50)], pa.int32()),
+        pa.array([None if i % 9 == 4 else i % 17 for i in range(50)], pa.int64()),
+        pa.array([None if i % 11 == 3 else f"k{i % 17}" for i in range(50)], pa.string()),
+    ],
+    ids=["int32", "int64-nulls", "string-nulls"],
+)
+def test_resident_keys_other_than_plain_int64_are_probed_in_one_pass(keys: pa.Array, monkeypatch: Any) -> None:
+    """Keys that need encoding (other widths, hashed strings, NULLs) are encoded once for the whole master.
+
+    Each partition is then one compiled pass, exact as the pieces (NULL keys never match),
+    and the disk buffer is charged what a piece and its encoded keys would hold.
+    """
+    master = pa.table({"mk": keys, "s": [f"v{i}" for i in range(50)]})
+    sk = pa.array([None if i % 13 == 0 else i % 23 for i in range(40)], pa.int64()).cast(keys.type)
+    if pa.types.is_string(keys.type):
+        sk = pa.array([None if i % 13 == 0 else f"k{i % 23}" for i in range(40)])
+    stream = pa.table({"sid": pa.array(range(40), pa.int64()), "sk": sk})
+    calls = _probe_calls(monkeypatch)
+    spec = JoinSpec("sk", "mk", ("s",), disk_chunk_rows=3)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 20), stream.schema, master.schema)
+    out: Counter[Any] = Counter()
+    charged = []
+    for r in op.run(stream.to_batches(max_chunksize=8)):
+        out += as_multiset(r.enriched)
+        charged.append(r.metrics.memory.disk_buffer)
+    assert out == batch_join(stream, master, "sk", "mk", ["s"])
+    assert calls and set(calls) <= {20, 10}
+    piece = max(master.slice(i, 3).nbytes for i in range(0, 50, 3))
+    assert max(charged) <= piece + 9 * 3

@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from core_scenarios import checkpoint_after
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reference import as_multiset, batch_join, unmatched_reference
 
 from ssbj.core import ArrowMaster, JoinSpec, SemiStreamJoin
@@ -90,6 +92,23 @@ def test_key_unique_counts_non_null_values() -> None:
     m = ArrowMaster(ok, 2)
     assert m.key_unique("k")
     assert not m.key_unique("s")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.integers(-5, 40)), max_size=60),
+    as_text=st.booleans(),
+    chunk=st.integers(1, 7),
+)
+def test_key_unique_equals_a_set_of_the_non_null_keys(keys: list[int | None], as_text: bool, chunk: int) -> None:
+    """Integers are checked by sorting, other types by hashing: both as a plain set of the non-NULL keys says."""
+    col = pa.array(
+        [None if k is None else (f"v{k}" if as_text else k) for k in keys], pa.string() if as_text else pa.int64()
+    )
+    t = pa.table({"k": col})
+    t = pa.concat_tables([t.slice(i, chunk) for i in range(0, len(t), chunk)]) if len(t) else t
+    present = [k for k in keys if k is not None]
+    assert ArrowMaster(t, 3).key_unique("k") == (len(set(present)) == len(present))
 
 
 def test_hashed_keys_keep_algorithm_1() -> None:
