@@ -37,7 +37,7 @@ from ssbj.files import (
 )
 from ssbj.pipeline import shared_plan
 from ssbj.planning import DEFAULT_MEMORY, JoinSettings, check_key_types, estimate_row_bytes, plan_join
-from ssbj.units import fmt_bytes, parse_size
+from ssbj.units import fmt_bytes, memory_arg, memory_bytes
 
 PROG = "ssbj"
 DEFAULT_BATCH_ROWS = 100_000
@@ -179,7 +179,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     ]
     if missing:
         raise ConfigError(f"plan needs {', '.join(missing)} (or --config JOB.yaml ...)")
-    budget = parse_size(args.memory)
+    memory = memory_arg(args.memory)
     stream_path, master_path = Path(args.stream), Path(args.master)
     s_fmt, m_fmt = file_format(stream_path, "stream"), file_format(master_path, "master")
     stream_schema, batches, master, proj = _open_inputs(
@@ -196,6 +196,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise InputError(f"stream file {stream_path} has no rows")
     v_s = estimate_row_bytes(stream_schema, first)
     v_r = estimate_row_bytes(master.select(proj).schema, master.select(proj))
+    budget = memory_bytes(memory, master.num_rows, v_r)
     model = load_model(args.calibration)
     dist = _distribution(sample.column(), master, args.master_key)
     adv = advise(dist, budget, v_s, v_r, model, args.target_rate, chunked=True)  # as `ssbj join` plans
@@ -238,7 +239,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_join(args: argparse.Namespace) -> int:
     """``ssbj join``: enrich a stream file with a master file, write Parquet."""
     t_start = time.perf_counter()
-    budget = parse_size(args.memory)
+    memory = memory_arg(args.memory)
     if args.batch_rows < 1:
         raise ConfigError(f"--batch-rows must be >= 1, got {args.batch_rows}")
     stream_path, master_path, out_path = Path(args.stream), Path(args.master), Path(args.out)
@@ -252,6 +253,7 @@ def cmd_join(args: argparse.Namespace) -> int:
     first = next(batches, None)
     v_s = estimate_row_bytes(stream_schema, first)
     v_r = estimate_row_bytes(master.select(proj).schema, master.select(proj))
+    budget = memory_bytes(memory, master.num_rows, v_r)
     settings = JoinSettings(
         stream_key=args.stream_key,
         master_key=args.master_key,
@@ -411,7 +413,7 @@ def add_file_commands(sub: Any) -> None:
         default=DEFAULT_MEMORY,
         help=(
             f"memory budget (default {DEFAULT_MEMORY}); kB/MB/GB/TB are powers of 1000, "
-            "KiB/MiB/GiB/TiB powers of 1024, a bare number is bytes"
+            "KiB/MiB/GiB/TiB powers of 1024, a bare number is bytes; 1%% is 1%% of R's projected bytes"
         ),
     )
     join.add_argument("--master-columns", help="comma-separated master columns to add (default: all)")
@@ -471,7 +473,9 @@ def add_file_commands(sub: Any) -> None:
     plan.add_argument("--stream-key", help="join key column of the stream")
     plan.add_argument("--master-key", help="join key column of the master data")
     plan.add_argument("--master-columns", help="comma-separated master columns to add (default: all)")
-    plan.add_argument("--memory", default=DEFAULT_MEMORY, help=f"memory budget (default {DEFAULT_MEMORY})")
+    plan.add_argument(
+        "--memory", default=DEFAULT_MEMORY, help=f"memory budget (default {DEFAULT_MEMORY}; 1%% is 1%% of R's bytes)"
+    )
     plan.add_argument("--target-rate", type=float, help="service rate (tuples/s) to find a budget for")
     plan.add_argument("--sample-rows", type=int, default=1 << 22, help="stream rows read (default 4,194,304)")
     plan.add_argument("--calibration", help="cost-model constants (JSON from CostConstants.save)")

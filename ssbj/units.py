@@ -36,6 +36,32 @@ def parse_size(text: str, what: str = "--memory") -> int:
     return size
 
 
+def memory_arg(text: str) -> int | float:
+    """``--memory``: bytes (a size such as ``64MB``), or a share of R's projected bytes (``1%`` -> 0.01)."""
+    t = text.strip()
+    if not t.endswith("%"):
+        return parse_size(t)
+    try:
+        share = float(t[:-1]) / 100.0
+    except ValueError:
+        share = math.nan
+    if not share > 0 or math.isinf(share):
+        raise ConfigError(f"bad --memory value {text!r}: a share of R is a number above 0 with %, such as 1% or 10%")
+    return share
+
+
+def memory_bytes(memory: int | float, master_rows: int, v_r: float) -> int:
+    """Return the budget in bytes: ``memory`` itself, or its share of R's projected bytes (rows x v_R)."""
+    if isinstance(memory, int):
+        return memory
+    size = math.floor(memory * master_rows * v_r)
+    if size < 1:
+        raise ConfigError(
+            f"--memory {100 * memory:g}% of R ({master_rows:,} rows of {v_r:.1f} B) is less than one byte; raise it"
+        )
+    return size
+
+
 def fmt_bytes(n: float) -> str:
     """Format a byte count in decimal units, e.g. ``8.0 MB``."""
     for unit, mult in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -68,3 +68,24 @@ def test_plan_partitions_are_those_join_uses(tmp_path: Path, capsys: pytest.Capt
     run = json.loads(capsys.readouterr().out)
     assert plan["partitions"] == run["memory_plan"]["k"]
     assert plan["partition_rows"] == run["memory_plan"]["b"]
+
+
+def test_memory_as_a_share_of_r(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--memory 40%`` is 40% of R's projected bytes (rows x v_R), in plan and join alike."""
+    s, m, _, mk = _files(tmp_path)
+    files = ["--stream", str(s), "--master", str(m), "--stream-key", "sk", "--master-key", "mk"]
+    assert main(["plan", *files, "--memory", "40%", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["memory_bytes"] == int(0.4 * len(mk) * rep["v_r"])
+    out = tmp_path / "o.parquet"
+    assert main(["join", *files, "--out", str(out), "--memory", "40%", "--stats", "--batch-rows", "2000"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["budget_bytes"] == rep["memory_bytes"]
+
+
+@pytest.mark.parametrize("text", ["%", "0%", "-1%", "x%", "nan%", "inf%", "1e-9%"])
+def test_memory_share_rejects(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    s, m, _, _ = _files(tmp_path)
+    files = ["--stream", str(s), "--master", str(m), "--stream-key", "sk", "--master-key", "mk"]
+    assert main(["plan", *files, f"--memory={text}"]) != 0
+    err = capsys.readouterr().err
+    assert f"bad --memory value {text!r}" in err or ("--memory" in err and "is less than one byte" in err)
