@@ -14,6 +14,7 @@ from typing import Literal
 import pyarrow as pa
 
 from ssbj.core.costmodel import CostModel
+from ssbj.core.feed import replay
 from ssbj.core.master import ArrowMaster
 from ssbj.core.operator import SemiStreamJoin, StepResult
 from ssbj.errors import ConfigError, InputError
@@ -114,4 +115,4 @@ def enrich(
     op = SemiStreamJoin(
         plan.spec, ArrowMaster(projected, plan.partition_rows), stream_schema, projected.schema, cost_model
     )
-    return collect(op.run(batches), op.output_schema, how)
+    return collect(replay(op, batches), op.output_schema, how)

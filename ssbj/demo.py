@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ssbj.contracts import OperatorTotals
 from ssbj.core import ArrowMaster, SemiStreamJoin, StepMetrics
+from ssbj.core.feed import replay
 from ssbj.errors import ConfigError, DependencyError
 from ssbj.filejoin import DEFAULT_BATCH_ROWS, PROG, RunStats
 from ssbj.files import one_line
@@ -41,7 +42,7 @@ def _demo_run(algorithm: str, stream: pa.Table, master: pa.Table, plan: JoinPlan
     stats = RunStats(keep_cycles=True)
     enriched = unmatched = 0
     t0 = time.perf_counter()
-    for result in op.run(stream.to_batches(max_chunksize=batch_rows)):
+    for result in replay(op, stream.to_batches(max_chunksize=batch_rows)):
         stats.observe(result.metrics)
         enriched += result.enriched.num_rows
         unmatched += result.unmatched.num_rows

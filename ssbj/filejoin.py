@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from ssbj.core import ArrowMaster, CostConstants, CostModel, MemoryPlan, SemiStreamJoin, StepMetrics
 from ssbj.core.bound import KeyDistribution, advise, key_distribution
+from ssbj.core.feed import replay
 from ssbj.core.keys import check_compatible, encode_keys
 from ssbj.errors import ConfigError, InputError
 from ssbj.files import (
@@ -384,7 +385,7 @@ def _write_output(op: SemiStreamJoin, feed: Iterator[pa.Table], out: Path, stats
     """Run the operator over ``feed``, streaming enriched rows to ``out``; rows written."""
 
     def enriched() -> Iterator[pa.Table]:
-        for result in op.run(feed):
+        for result in replay(op, feed):
             stats.observe(result.metrics)
             yield result.enriched
 

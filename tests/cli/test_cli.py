@@ -160,11 +160,13 @@ def test_join_switching_flags(
 def test_join_threads_with_all_of_r_in_memory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stream, master = make_tables(n_stream=20_000)  # 100-row batches: six R-cycles, the cache complete from the third
+    # all of R fits in 100 kB, H_S's ring holds a few thousand tuples: R-cycles enough for the
+    # cache to become complete from the third, the file replayed with a full step waiting
+    stream, master = make_tables(n_stream=20_000)
     s, m = write_parquet(tmp_path, stream, master)
     out = tmp_path / "out.parquet"
     sliced = count_sliced_calls(monkeypatch, 16)  # this stream's steps are split
-    args = join_args(s, m, out, "--stats", "--memory", "4MB", "--batch-rows", "100", "--threads", "2")
+    args = join_args(s, m, out, "--stats", "--memory", "100kB", "--batch-rows", "100", "--threads", "2")
     report = run_stats(capsys, args)
     assert report["threads"] == 2
     assert sliced.count > 0  # the complete cache ran, its calls in slices
