@@ -2,11 +2,11 @@
 
 Usage (from the repository root; ``PYTHONPATH`` selects the code measured):
 
-    PYTHONPATH=$PWD .venv/bin/python bench/results/cli_user/cli_user.py DATA_DIR KEY_TYPE MEMORY [ROUNDS]
+    PYTHONPATH=$PWD .venv/bin/python bench/results/cli_user/cli_user.py DATA_DIR KEY_TYPE MEMORY [ROUNDS [STREAM]]
 
 Writes, once per DATA_DIR and KEY_TYPE (``int64`` or ``int32``), a master of 2,000,000
 rows (join values drawn uniformly with repetition from 2M values, a 20-character
-payload) and a stream of 1,000,000 tuples (Zipf 1 over the same 2M values, ranks mapped
+payload) and a stream of STREAM tuples (default 1,000,000; Zipf 1 over the same 2M values, ranks mapped
 to values by a random permutation, a 16-character payload) as Parquet files written by
 pyarrow's defaults, so the master is read back in 131,072-row chunks. Then runs
 ``ssbj join --stats`` for SSBJ and MESHJOIN, ROUNDS times each, interleaved, and prints
@@ -31,9 +31,10 @@ R_ROWS = 2_000_000
 STREAM = 1_000_000
 
 
-def write_data(d: Path, key_type: str) -> tuple[Path, Path]:
-    """Write (once) the master and the stream with join keys of ``key_type``."""
-    master, stream = d / f"master-{key_type}.parquet", d / f"stream-{key_type}.parquet"
+def write_data(d: Path, key_type: str, n: int = STREAM) -> tuple[Path, Path]:
+    """Write (once) the master and the stream of ``n`` tuples with join keys of ``key_type``."""
+    tail = "" if n == STREAM else f"-{n}"
+    master, stream = d / f"master-{key_type}.parquet", d / f"stream-{key_type}{tail}.parquet"
     if master.exists() and stream.exists():
         return master, stream
     d.mkdir(parents=True, exist_ok=True)
@@ -44,9 +45,9 @@ def write_data(d: Path, key_type: str) -> tuple[Path, Path]:
     pq.write_table(pa.table({"id": pa.array(mk).cast(kt), "payload": pa.array(pay.astype(object))}), master)
     w = 1.0 / np.arange(1, R_ROWS + 1)
     cdf = np.cumsum(w) / w.sum()
-    ranks = np.searchsorted(cdf, rng.random(STREAM))
+    ranks = np.searchsorted(cdf, rng.random(n))
     sk = rng.permutation(R_ROWS)[ranks]
-    info = np.char.add("s", rng.integers(10**14, 9 * 10**14, STREAM).astype(str))
+    info = np.char.add("s", rng.integers(10**14, 9 * 10**14, n).astype(str))
     pq.write_table(pa.table({"key": pa.array(sk).cast(kt), "info": pa.array(info.astype(object))}), stream)
     return master, stream
 
@@ -74,14 +75,15 @@ def run(master: Path, stream: Path, out: Path, algorithm: str, memory: str) -> d
     }
 
 
-def main(d: Path, key_type: str, memory: str, rounds: int) -> None:
-    """Run both algorithms ``rounds`` times, interleaved, and print each run."""
-    master, stream = write_data(d, key_type)
+def main(d: Path, key_type: str, memory: str, rounds: int, n: int) -> None:
+    """Run both algorithms ``rounds`` times, interleaved, on ``n`` stream tuples, and print each run."""
+    master, stream = write_data(d, key_type, n)
     for _ in range(rounds):
         for algorithm in ("ssbj", "meshjoin"):
             res = run(master, stream, d / f"out-{algorithm}.parquet", algorithm, memory)
-            print(json.dumps({"key_type": key_type, **res}), flush=True)
+            print(json.dumps({"key_type": key_type, "stream": n, **res}), flush=True)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+    a = sys.argv[1:]
+    main(Path(a[0]), a[1], a[2], int(a[3]) if len(a) > 3 else 1, int(a[4]) if len(a) > 4 else STREAM)
