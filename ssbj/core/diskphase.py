@@ -30,7 +30,7 @@ from ssbj.core.complete import COMPLETE, TAKE_ALL, complete_piece, store_append,
 from ssbj.core.diskprobe import disk_probe
 from ssbj.core.hs import SWITCHING, eligible_before, since_mark
 from ssbj.core.jit import njit
-from ssbj.core.keys import EncodedKeys, encode_keys
+from ssbj.core.keys import EncodedKeys, encode_keys, encoded_in_place
 from ssbj.core.master import partition_pieces
 from ssbj.core.resident import BufferIds, buffer_ids
 from ssbj.core.rowsize import held_nbytes, total_nbytes
@@ -109,7 +109,7 @@ def resident_view(op: SemiStreamJoin, p: int) -> tuple[pa.Table, EncodedKeys] | 
     if not part.schema.equals(op._master_layout):
         part = plain_table(part)
     col = part.column(0)
-    if col.type == pa.int64() and not col.null_count and col.num_chunks == 1:  # (an empty table may have no chunk)
+    if encoded_in_place(col) and col.num_chunks == 1:  # (an empty table may have no chunk)
         return part, EncodedKeys(np.asarray(col.chunk(0).to_numpy(zero_copy_only=True)), _ALL_VALID)
     keys = getattr(op.master, "resident_keys", None)
     if keys is None:
@@ -166,18 +166,15 @@ def disk_phase(
     ``charge_rows``: ``part`` is a resident partition's view with its encoded ``keys`` (see
     :func:`resident_view`), probed whole, with the disk buffer charged pieces of that many rows.
     """
+    # int64 keys without NULLs are a view of the piece's own buffer (ssbj.core.keys); any
+    # other encoding is a new buffer, a view of an Arrow result included (NULLs filled)
+    own = not encoded_in_place(part.column(0))
     if charge_rows is None or keys is None:
         mk = encode_keys(part.column(0), op._family)
-        # int64 keys without NULLs are a view of the piece's own buffer (ssbj.core.keys); any
-        # other encoding is a new buffer, a view of an Arrow result included (NULLs filled)
-        col = part.column(0)
-        own = not (col.type == pa.int64() and not col.null_count)
         keys_bytes = int((mk.values.nbytes if own else 0) + mk.valid.nbytes)
-    else:  # what a piece's encoding would hold: none for the partition's own int64 buffer
+    else:  # what a piece's encoding would hold
         mk = keys
-        m = min(charge_rows, len(mk.values))
-        col = part.column(0)
-        keys_bytes = 0 if col.type == pa.int64() and not col.null_count else 9 * m
+        keys_bytes = 9 * min(charge_rows, len(mk.values)) if own else 0
     if charge_rows is not None:
         _charge_pieces(op, p, part, charge_rows, keys_bytes, acc.ids)
     # the largest piece of the partition (a piece's nbytes costs ~16 us: with fixed-width

@@ -78,11 +78,16 @@ def _hash_varlen(arr: pa.Array) -> np.ndarray:
     return out
 
 
+def encoded_in_place(col: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether a key column's encoding is a view of its own buffer (int64 without NULLs), not a new one."""
+    return bool(col.type == pa.int64() and col.null_count == 0)
+
+
 def _encode_array(arr: pa.Array, family: str) -> np.ndarray:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     if family == "integer":
-        if arr.null_count == 0 and arr.type == pa.int64():
+        if encoded_in_place(arr):
             # the Arrow buffer itself (read-only): no copy of the keys, no bytes of their own
             return np.asarray(arr.to_numpy(zero_copy_only=True))
         if arr.null_count == 0 and arr.type != pa.uint64():

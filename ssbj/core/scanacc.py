@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ssbj.core.complete import clear_cache, refresh_complete, refresh_room
+from ssbj.core.resident import BufferIds
 
 if TYPE_CHECKING:
     from ssbj.core.operator import SemiStreamJoin
@@ -39,7 +40,7 @@ class RefreshRows:
         self.slots: list[np.ndarray] = []  # H_S slots of the pairs (offsets from lo, int32), per piece
         self.masters: list[pa.Table] = []  # their master rows, taken out of each piece
         self.max_rows = 0  # rows of the largest piece so far
-        self.ids: tuple[tuple[int, int, int, int], ...] | None = None  # a resident view's buffers (ssbj.core.resident)
+        self.ids: BufferIds | None = None  # a resident view's buffers (ssbj.core.resident)
 
     def rows(
         self,
