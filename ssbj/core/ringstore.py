@@ -6,8 +6,9 @@ is FIFO), so the live slots are always one range ``[lo, hi)``.
 
 * fixed-width columns (integers, floats, temporal, decimals, fixed-size binary) keep
   their value bytes in a ``(cap, width)`` array; booleans one byte each;
-* string and binary columns keep their bytes in a byte ring plus one 8-byte start offset
-  per slot (Arrow's own layout needs a 4-byte offset);
+* string and binary columns keep their bytes in a byte ring plus one 4-byte start per slot
+  (Arrow's own layout has a 4-byte offset): the low 32 bits of the global byte counter,
+  which :func:`_gstart` widens back against the head (the live bytes are fewer than 2^32);
 * a validity byte per slot is allocated only for a column that has had a NULL;
 * anything else (dictionaries, nested types) is kept as Arrow segments
   (:class:`ssbj.core.hsrows.HSRows`).
@@ -49,6 +50,21 @@ def _kind(t: pa.DataType) -> str:
     return "other"
 
 
+_LOW32 = 0xFFFFFFFF
+
+
+def _byte_ring(dcap: int) -> np.ndarray:
+    if dcap > _LOW32:  # starts keep 32 bits: the live bytes must stay below 2^32
+        raise StateError(f"a string column of H_S would hold {dcap} bytes (at most 2^32 - 1)")
+    return np.zeros(dcap, dtype=np.uint8)
+
+
+@njit(cache=True)
+def _gstart(starts: np.ndarray, p: int, head: int) -> int:  # pragma: no cover - compiled
+    """Global byte offset of the start kept at position ``p`` (its low 32 bits, ``head`` after it)."""
+    return head - ((head - np.int64(starts[p])) & _LOW32)
+
+
 @njit(cache=True)
 def _put_var(
     starts: np.ndarray, data: np.ndarray, src_off: np.ndarray, src: np.ndarray, pos0: int, head: int
@@ -61,7 +77,7 @@ def _put_var(
         p = pos0 + i
         if p >= cap:
             p -= cap
-        starts[p] = head
+        starts[p] = head & _LOW32
         for j in range(src_off[i], src_off[i + 1]):
             data[head % dcap] = src[j]
             head += 1
@@ -75,8 +91,8 @@ def _var_lengths(starts: np.ndarray, slots: np.ndarray, hi: int, head: int) -> n
     out[0] = 0
     for i in range(slots.shape[0]):
         s = slots[i]
-        st = starts[s % cap]
-        en = head if s + 1 >= hi else starts[(s + 1) % cap]
+        st = _gstart(starts, s % cap, head)
+        en = head if s + 1 >= hi else _gstart(starts, (s + 1) % cap, head)
         out[i + 1] = out[i] + en - st
     return out
 
@@ -89,7 +105,7 @@ def _gather_var(
     dcap = data.shape[0]
     for i in range(slots.shape[0]):
         s = slots[i]
-        st = starts[s % cap]
+        st = _gstart(starts, s % cap, head)
         o = offsets[i]
         n = offsets[i + 1] - o
         for j in range(n):
@@ -110,7 +126,7 @@ def _relayout_var(
     cap, ncap = starts.shape[0], nstarts.shape[0]
     dcap, ndcap = data.shape[0], ndata.shape[0]
     if hi > lo:
-        first = starts[lo % cap]
+        first = _gstart(starts, lo % cap, head)
         for b in range(first, head):
             ndata[b % ndcap] = data[b % dcap]
     for s in range(lo, hi):
@@ -143,7 +159,7 @@ class _Col:
     kind: str
     width: int = 0
     data: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
-    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # low 32 bits (_gstart)
     valid: np.ndarray | None = None
     head: int = 0  # var: global byte counter (bytes ever written)
     appended: int = 0  # var: bytes ever appended (each column's share of a var_extra)
@@ -187,7 +203,7 @@ class RowRing:
             elif c.kind == "bool":
                 c.data = np.zeros(cap, dtype=np.uint8)
             else:
-                c.starts = np.zeros(cap, dtype=np.int64)
+                c.starts = np.zeros(cap, dtype=np.uint32)
                 c.data = np.zeros(max(dcap_min, 64), dtype=np.uint8)
         self.cap = cap
 
@@ -210,7 +226,7 @@ class RowRing:
     def _live_var(self, c: _Col) -> int:
         if self.hi == self.lo:
             return 0
-        return c.head - int(c.starts[self.lo % self.cap])
+        return c.head - int(_gstart(c.starts, self.lo % self.cap, c.head))
 
     def set_capacity(self, cap: int, var_extra: int = 0) -> None:
         """Re-lay the live slots out at ``cap`` slots and byte rings with ``var_extra`` free bytes.
@@ -232,8 +248,8 @@ class RowRing:
                 c.data = nd
             else:
                 dcap = max(64, self._live_var(c) + int(var_extra * shares[c.name]))
-                ns = np.zeros(cap, dtype=np.int64)
-                ndata = np.zeros(dcap, dtype=np.uint8)
+                ns = np.zeros(cap, dtype=np.uint32)
+                ndata = _byte_ring(dcap)
                 _relayout_var(c.starts, c.data, lo, hi, c.head, ns, ndata)
                 c.starts, c.data = ns, ndata
             if c.valid is not None:
@@ -287,7 +303,7 @@ class RowRing:
             elif c.kind == "bool":
                 n += 1
             else:
-                n += 8
+                n += 4
             if c.valid is not None:
                 n += 1
         return n
@@ -339,8 +355,8 @@ class RowRing:
         # to what is needed and a little more, not geometrically: under a budget the rings
         # are re-sized at every R-cycle start, and a larger ring would be held until then
         dcap = need + need // 16
-        ns = np.zeros(self.cap, dtype=np.int64)
-        ndata = np.zeros(dcap, dtype=np.uint8)
+        ns = np.zeros(self.cap, dtype=np.uint32)
+        ndata = _byte_ring(dcap)
         _relayout_var(c.starts, c.data, self.lo, self.hi, c.head, ns, ndata)
         c.starts, c.data = ns, ndata
 
