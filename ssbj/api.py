@@ -103,6 +103,7 @@ def enrich(
         join_type=how,
         memory_budget=budget,
         disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
+        resident_master=True,  # ... views probed in one pass
     )
     r_cols = projected.select(wanted)
     plan = plan_join(

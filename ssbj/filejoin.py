@@ -200,7 +200,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     budget = memory_bytes(memory, master.num_rows, v_r)
     model = load_model(args.calibration)
     dist = _distribution(sample.column(), master, args.master_key)
-    adv = advise(dist, budget, v_s, v_r, model, args.target_rate, chunked=True)  # as `ssbj join` plans
+    adv = advise(dist, budget, v_s, v_r, model, args.target_rate, chunked=True, resident=True)  # as `ssbj join` plans
     report = {
         "stream": str(stream_path),
         "master": str(master_path),
@@ -267,6 +267,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         early_eviction=args.early_eviction,
         threads=args.threads,
         disk_chunks=True,  # an in-memory ArrowMaster hands partitions out in pieces
+        resident_master=True,  # ... views probed in one pass
     )
     joined = plan_join(settings, v_s, master.num_rows, v_r, model)
     plan = joined.memory
@@ -362,7 +363,9 @@ def _bound_report(
     """Theorem 1's bound for this data and budget next to what the run achieved."""
     if not sample.rows:
         return None
-    adv = advise(_distribution(sample.column(), master, master_key), budget, v_s, v_r, model, chunked=True)
+    adv = advise(
+        _distribution(sample.column(), master, master_key), budget, v_s, v_r, model, chunked=True, resident=True
+    )
     n = stats.tuples_per_r_cycle()
     n_mesh = adv.bound.n_meshjoin
     achieved = n / n_mesh if n is not None and n_mesh > 0 else None

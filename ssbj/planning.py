@@ -91,6 +91,9 @@ class JoinSettings:
     # the master can hand partitions out in pieces (ssbj.contracts.MasterChunks: in-memory
     # Arrow): the planner sizes the disk buffer as one piece, and b for time alone
     disk_chunks: bool = False
+    # its partitions are in memory and probed in one pass (ssbj.contracts.MasterResident):
+    # the pieces then cost the plan no time
+    resident_master: bool = False
 
     @property
     def needs_master_size(self) -> bool:
@@ -156,6 +159,7 @@ def plan_join(
         cost_model or CostModel(),
         prefetch=s.prefetch,
         chunked=s.disk_chunks,
+        resident=s.resident_master,
     )
     b = s.partition_rows or plan.partition_rows
     chunk = int(s.step_rows * stream_row_bytes) if s.step_rows else plan.chunk_bytes

@@ -154,10 +154,18 @@ class Bench:
         """
         return self.plan_pieces(ds, budget, pieces=False)[0]
 
-    def plan_pieces(self, ds: Dataset, budget: int, pieces: bool) -> tuple[int, int | None]:
-        """B and, with ``pieces``, the disk phase's piece size (rows) for ``budget`` bytes."""
+    def plan_pieces(self, ds: Dataset, budget: int, pieces: bool, resident: bool = False) -> tuple[int, int | None]:
+        """B and, with ``pieces``, the disk phase's piece size (rows) for ``budget`` bytes.
+
+        ``resident``: the master is the bench's in-memory one, whose pieces are views probed
+        in one pass (they cost the plan no time).
+        """
         settings = JoinSettings(
-            stream_key=ds.stream_key, master_key=ds.master_key, memory_budget=budget, disk_chunks=pieces
+            stream_key=ds.stream_key,
+            master_key=ds.master_key,
+            memory_budget=budget,
+            disk_chunks=pieces,
+            resident_master=resident,
         )
         plan = plan_join(settings, ds.v_s, ds.r_rows, ds.v_r, self.model())
         b = int(min(plan.partition_rows, -(-ds.r_rows // self.p.min_partitions)))
@@ -185,7 +193,7 @@ class Bench:
             if partition_rows:
                 b = partition_rows
             else:
-                b, rows = self.plan_pieces(ds, budget, pieces)
+                b, rows = self.plan_pieces(ds, budget, pieces, resident=pieces and "master_factory" not in kw)
         except ConfigError as exc:  # the budget cannot hold a disk buffer and an H_S chunk
             self.log(f"  budget {budget} B: {exc}")
             return {"budget": budget, "error": str(exc)}

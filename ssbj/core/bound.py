@@ -167,15 +167,28 @@ class Advice:
 
 
 def _predict(
-    dist: KeyDistribution, memory: float, v_s: float, v_r: float, model: CostModel, chunked: bool = False
+    dist: KeyDistribution,
+    memory: float,
+    v_s: float,
+    v_r: float,
+    model: CostModel,
+    chunked: bool = False,
+    resident: bool = False,
 ) -> tuple[Bound, MemoryPlan, float]:
     """Return (bound, MESHJOIN's plan, SSBJ's predicted rate) at ``memory`` bytes."""
     bound = memory_optimal_bound(dist, memory, v_s, v_r)
-    mesh = plan_memory(int(memory), dist.master_rows, v_s, v_r, model, chunked=chunked)
+    mesh = plan_memory(int(memory), dist.master_rows, v_s, v_r, model, chunked=chunked, resident=resident)
     share, left = (1.0 if bound.all_of_r_fits else bound.cache_share), memory - bound.cache_bytes
     try:
         ssbj = plan_memory(
-            int(max(left, 1)), dist.master_rows, v_s, v_r, model, cache_share=min(share, 0.999), chunked=chunked
+            int(max(left, 1)),
+            dist.master_rows,
+            v_s,
+            v_r,
+            model,
+            cache_share=min(share, 0.999),
+            chunked=chunked,
+            resident=resident,
         )
         rate = ssbj.predicted_service_rate
     except ConfigError:  # H_R leaves no room for a disk buffer: MESHJOIN's own plan is the floor
@@ -191,6 +204,7 @@ def advise(
     model: CostModel,
     target_rate: float | None = None,
     chunked: bool = False,
+    resident: bool = False,
 ) -> Advice:
     """Return the bound at ``memory``, the predicted rates, and the budget a ``target_rate`` needs.
 
@@ -198,21 +212,22 @@ def advise(
     share (Eq. 1-3 with the structures' real sizes); it is an upper estimate, as the bound
     is. The recommended budget is found by bisection on that prediction (it grows with
     the budget), between one disk-buffer row and twice R's bytes. ``chunked``: plan as for
-    a master handed out in pieces (``plan_memory``), as ``ssbj join`` reads its in-memory one.
+    a master handed out in pieces (``plan_memory``), as ``ssbj join`` reads its in-memory one;
+    ``resident``: its pieces are views probed in one pass and cost no time.
     """
-    bound, mesh, rate = _predict(dist, memory, v_s, v_r, model, chunked)
+    bound, mesh, rate = _predict(dist, memory, v_s, v_r, model, chunked, resident)
     rec: float | None = None
     if target_rate is not None and target_rate > 0:
         lo, hi = 1024.0, max(2.0 * dist.master_rows * v_r, 1 << 20)
         try:
-            ok_hi = _predict(dist, hi, v_s, v_r, model, chunked)[2] >= target_rate
+            ok_hi = _predict(dist, hi, v_s, v_r, model, chunked, resident)[2] >= target_rate
         except ConfigError:
             ok_hi = False
         if ok_hi:
             for _ in range(40):
                 mid = math.sqrt(lo * hi)
                 try:
-                    ok = _predict(dist, mid, v_s, v_r, model, chunked)[2] >= target_rate
+                    ok = _predict(dist, mid, v_s, v_r, model, chunked, resident)[2] >= target_rate
                 except ConfigError:
                     ok = False
                 lo, hi = (lo, mid) if ok else (mid, hi)

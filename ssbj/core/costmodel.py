@@ -226,6 +226,7 @@ def plan_memory(
     cache_share: float = 0.0,
     prefetch: int = 0,
     chunked: bool = False,
+    resident: bool = False,
 ) -> MemoryPlan:
     """Pick b (and so w_S) that maximise the predicted service rate within ``budget`` bytes.
 
@@ -242,7 +243,9 @@ def plan_memory(
     ``chunked``: the master hands partitions out in pieces (:class:`ssbj.contracts.MasterChunks`,
     no read ahead), so the disk buffer holds one piece of :func:`piece_rows` rows, not b:
     b then costs no memory, only time (fewer, larger steps per R-cycle against the ring's
-    extra chunk), and each piece beyond the first costs ``c_piece``.
+    extra chunk), and each piece beyond the first costs ``c_piece``. ``resident``: the
+    partitions are already in memory (:class:`ssbj.contracts.MasterResident`) and probed
+    in one pass, so the pieces bound only the disk buffer's charge and cost no time.
     """
     if prefetch < 0:
         raise ConfigError(f"prefetch depth must be >= 0, got {prefetch}")
@@ -273,7 +276,8 @@ def plan_memory(
             w = w_s * served
             w_n = int(w - w_s)
             step = StepCost(b=b, w_n=w_n, w_s=w_s, n_out=w_s + w_n, hs=k * w_s)
-            c = model.c_loop(step) + 1e-9 * model.k.c_piece * (math.ceil(b / rows) - 1)
+            extra_pieces = 0 if resident else math.ceil(b / rows) - 1
+            c = model.c_loop(step) + 1e-9 * model.k.c_piece * extra_pieces
             mu = (w_s + w_n) / c
             if best is None or mu > best.predicted_service_rate:
                 best = MemoryPlan(b, k, int(w_s * v_s), w_s, c, mu, rows if rows < b else None)

@@ -354,6 +354,23 @@ def test_planner_sizes_the_disk_buffer_as_one_piece() -> None:
     assert plan_memory(720_000, 2_000_000, 32.0, 36.0, model, prefetch=1, chunked=True).disk_chunk_rows is None
 
 
+def test_resident_pieces_cost_the_plan_no_time() -> None:
+    """A resident master's pieces bound the buffer only: c_piece no longer moves the plan; a streamed one's does."""
+    plans = {
+        (c, resident): plan_memory(
+            640_000, 2_000_000, 28.0, 32.0, CostModel(CostConstants(c_piece=c)), chunked=True, resident=resident
+        )
+        for c in (0.0, 120_000.0, 1_000_000.0)
+        for resident in (False, True)
+    }
+    free = plans[(0.0, False)]
+    for c in (0.0, 120_000.0, 1_000_000.0):
+        assert plans[(c, True)] == free  # the same plan, whatever a streamed piece would cost
+    streamed = plans[(1_000_000.0, False)]
+    assert streamed.predicted_service_rate < free.predicted_service_rate
+    assert streamed.partition_rows < free.partition_rows  # smaller partitions: fewer pieces to pay per step
+
+
 def test_arrow_master_pieces_concatenate_to_the_partition() -> None:
     t = pa.table({"mk": pa.array(range(23), pa.int64()), "s": pa.array([f"v{i}" for i in range(23)])})
     m = ArrowMaster(t, 10)
