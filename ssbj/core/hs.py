@@ -1,8 +1,9 @@
 """H_S, the MESHJOIN hash table of waiting stream tuples, and its queue Q.
 
 Per tuple H_S holds its row (:class:`~ssbj.core.ringstore.RowRing`), its encoded join
-value (``ring_key``, 8 bytes; for exact key types this *is* the key column, which the
-ring then does not store again) and a bit-packed ``link`` of ``log2(ring slots) + 2`` bits
+value (``ring_key``, 8 bytes, 4 for exact keys of at most 32 bits, which keep their value
+in 4; for exact key types this *is* the key column, which the ring then does not store
+again) and a bit-packed ``link`` of ``log2(ring slots) + 2`` bits
 (17 bits in a ring of 17,000 slots): the distance to the previous tuple of the same value
 (a chain, newest to oldest; 0 for a value's oldest tuple; it is below the ring's size)
 and two flags, *matched* (it met a master row) and *removed* (it left H_S early, when its
@@ -241,6 +242,13 @@ def chain_length(
     return n
 
 
+def ring_key_bytes(t: pa.DataType, store_key: bool) -> int:
+    """Bytes of a tuple's encoded key in H_S: 4 for a key kept only there (exact) of 8-32 bits, but uint32; else 8."""
+    if store_key or pa.types.is_uint32(t) or pa.types.is_boolean(t):
+        return 8
+    return 4 if 8 <= t.bit_width <= 32 else 8
+
+
 class StreamTable:
     """H_S: the ring of waiting tuples with its value index and chain links (see module doc)."""
 
@@ -251,7 +259,9 @@ class StreamTable:
         self.store_key = store_key
         names = [n for n in schema.names if store_key or n != key]
         self.rows = RowRing(schema, names, cap)
-        self.ring_key = np.zeros(cap, dtype=np.int64)
+        self.ring_key = np.zeros(
+            cap, dtype=np.int32 if ring_key_bytes(schema.field(key).type, store_key) == 4 else np.int64
+        )
         self.link = new_links(cap)
         self.hix = np.full(capacity_for(16), EMPTY, dtype=np.uint32)
         self.values = 0  # entries in the index (join values with live tuples)
@@ -291,7 +301,7 @@ class StreamTable:
 
     def slot_bytes(self) -> float:
         """Bytes per slot of ring capacity (without string data and the value index)."""
-        return self.rows.slot_bytes() + 8 + self.link_bytes
+        return self.rows.slot_bytes() + self.ring_key.itemsize + self.link_bytes
 
     @staticmethod
     def index_bytes_per_value() -> float:
@@ -308,7 +318,7 @@ class StreamTable:
         lo, hi = self.lo, self.hi
         live = np.arange(lo, hi, dtype=np.int64)
         old_pos, new_pos = live % self.cap, live % cap
-        rk = np.zeros(cap, dtype=np.int64)
+        rk = np.zeros(cap, dtype=self.ring_key.dtype)
         rk[new_pos] = self.ring_key[old_pos]
         ln = new_links(cap)  # the bits per link follow the ring's size
         d, f = lk_read(self.link, old_pos)
@@ -351,7 +361,7 @@ class StreamTable:
     def keys_of(self, slots: np.ndarray) -> np.ndarray:
         """Return the encoded join values of ``slots``."""
         out: np.ndarray = self.ring_key[np.asarray(slots, dtype=np.int64) % self.cap]
-        return out
+        return out.astype(np.int64, copy=False)
 
     def _flag_bits(self, slots: np.ndarray, f: int) -> np.ndarray:
         b = int(self.link[-1])

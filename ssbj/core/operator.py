@@ -54,7 +54,7 @@ from ssbj.core.cache import Cache
 from ssbj.core.checkpoint import DirectoryStore
 from ssbj.core.costmodel import CostModel
 from ssbj.core.doorkeeper import Doorkeeper
-from ssbj.core.hs import SWITCHING, StreamTable
+from ssbj.core.hs import SWITCHING, StreamTable, ring_key_bytes
 from ssbj.core.interest import Interest
 from ssbj.core.keys import check_compatible, encode_keys, is_exact, needs_verification
 from ssbj.core.master import MasterScan
@@ -145,7 +145,7 @@ class SemiStreamJoin:
             and master.key_unique(spec.master_key)
         )
         key_width = 8 if self._store_key or key_type.bit_width < 8 else key_type.bit_width // 8
-        self._key_overhead = 8 if self._store_key else 8 - key_width
+        self._key_overhead = 8 if self._store_key else ring_key_bytes(key_type, False) - key_width
         self.lookup_ok = LP.supports_lookup(master)  # (a protocol isinstance check costs ~8 us a step)
         if spec.hybrid in ("always", "index") and not self.lookup_ok:
             raise ConfigError(f"hybrid {spec.hybrid!r} needs a master that can look rows up by key (MasterLookup)")
