@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ssbj.core.empties import es_find
-from ssbj.core.hashing import kset_find, kset_slot, mix
+from ssbj.core.hashing import home, kset_find, kset_slot, mix
 from ssbj.core.hs import (
     DEFERRED,
     INCREMENTING,
@@ -22,12 +22,14 @@ from ssbj.core.hs import (
     ST_SWITCH,
     SWITCHING,
 )
-from ssbj.core.hsindex import ix_find
+from ssbj.core.hsindex import EMPTY, ix_find
 from ssbj.core.hslinks import MATCHED, lk_flag, lk_get
 from ssbj.core.interest import interest_set, interest_test
 from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
+
+PROBE_GROUP = 32  # master rows whose index and filter words are loaded together
 
 
 @njit(cache=True)
@@ -117,102 +119,124 @@ def disk_probe(
     nrf = 0
     n_empty = 0
     stop = b
-    for i in range(start, b):
-        if k >= most_pairs:
-            stop = i
-            break
-        if not every and not mvalid[i]:
-            continue
-        key = mkeys[i]
-        h = mix(key)
-        _, s = ix_find(hix, ring_key, cap, hi, key, h)
-        n = 0
-        while s >= lo:
-            if k == pm.shape[0]:
-                pm = _grow(pm, k + 1, most_pairs)
-                psl = _grow(psl, k + 1, most_pairs)
-            pm[k] = i
-            psl[k] = s - lo
-            k += 1
-            n += 1
-            p = s % cap
-            if mark_matched:
-                lk_flag(link, p, MATCHED)
-            d = lk_get(link, p)
-            if d == 0:
+    g = PROBE_GROUP
+    gh = np.empty(g, dtype=np.uint64)
+    gword = np.empty(g, dtype=np.uint32)
+    gint = np.zeros(g, dtype=np.bool_)
+    nix = hix.shape[0]
+    for base in range(start, b, g):
+        cnt = min(g, b - base)
+        # the group's home words and filter words first: loads that do not wait on each
+        # other, so their cache misses overlap (most rows find an empty word or no match)
+        for t in range(cnt):
+            h = mix(mkeys[base + t])
+            gh[t] = h
+            gword[t] = hix[home(h, nix)]
+            if track:
+                gint[t] = interest_test(ibits, h)
+        bits_set = False  # a candidate admitted in this group: later rows test their bits again
+        for t in range(cnt):
+            i = base + t
+            if k >= most_pairs:
+                stop = i
                 break
-            s -= d
-        maybe = interest_test(ibits, h) if track else False
-        j = -1
-        if n and track:
-            j = kset_find(st_keys, st_used, key) if maybe else -1
-            if j < 0 and n >= st_meta[2] and st_meta[0] < st_meta[1]:
-                j = kset_slot(st_keys, st_used, key)
-                if j < 0:
-                    j = -j - 1
-                    st_used[j] = True
-                    st_keys[j] = key
-                    st_pay[j, ST_ROWS] = 0
-                    st_pay[j, ST_SINCE] = since
-                    st_pay[j, ST_DECIDED] = -1
-                    st_pay[j, ST_SWITCH] = 0
-                    st_meta[0] += 1
-                    interest_set(ibits, h)
-                    maybe = True
-            if j >= 0:
-                st_pay[j, ST_LAST] = rc
-        if not look or not maybe:
-            continue
-        if fsm == INCREMENTING or fsm == SWITCHING:  # noqa: SIM109 (numba)
-            if j < 0 and not n:
-                j = kset_find(st_keys, st_used, key)
-            if j >= 0:
-                if fsm == INCREMENTING or st_pay[j, ST_SINCE] > eligible_before:
-                    # (switching: a candidate not tracked through the last R-cycle counts
-                    # this one; the paper's FSM resets those counts at its phase-out)
-                    if fsm == SWITCHING and early[0] > 0 and st_pay[j, ST_SINCE] == 2 * rc - 1:
-                        # admitted during the last R-cycle: at its first row of this one it
-                        # switches at once if its tuples outweigh the rows of a counted value
-                        # (early[0], a high quantile, reserved in s_B); past that many it gives up
-                        if st_pay[j, ST_ROWS] == 0 and st_pay[j, ST_SWITCH] == 0:
-                            if (
-                                n * tuple_cost > switch_factor * (early[0] * row_cost + entry_cost)
-                                and early[0] <= sb_allow[0]
-                            ):
-                                sb_allow[0] -= early[0]
+            if not every and not mvalid[i]:
+                continue
+            key = mkeys[i]
+            h = gh[t]
+            s = -1
+            if gword[t] != EMPTY:
+                _, s = ix_find(hix, ring_key, cap, hi, key, h)
+            n = 0
+            while s >= lo:
+                if k == pm.shape[0]:
+                    pm = _grow(pm, k + 1, most_pairs)
+                    psl = _grow(psl, k + 1, most_pairs)
+                pm[k] = i
+                psl[k] = s - lo
+                k += 1
+                n += 1
+                p = s % cap
+                if mark_matched:
+                    lk_flag(link, p, MATCHED)
+                d = lk_get(link, p)
+                if d == 0:
+                    break
+                s -= d
+            maybe = (gint[t] or (bits_set and interest_test(ibits, h))) if track else False
+            j = -1
+            if n and track:
+                j = kset_find(st_keys, st_used, key) if maybe else -1
+                if j < 0 and n >= st_meta[2] and st_meta[0] < st_meta[1]:
+                    j = kset_slot(st_keys, st_used, key)
+                    if j < 0:
+                        j = -j - 1
+                        st_used[j] = True
+                        st_keys[j] = key
+                        st_pay[j, ST_ROWS] = 0
+                        st_pay[j, ST_SINCE] = since
+                        st_pay[j, ST_DECIDED] = -1
+                        st_pay[j, ST_SWITCH] = 0
+                        st_meta[0] += 1
+                        interest_set(ibits, h)
+                        bits_set = True
+                        maybe = True
+                if j >= 0:
+                    st_pay[j, ST_LAST] = rc
+            if not look or not maybe:
+                continue
+            if fsm == INCREMENTING or fsm == SWITCHING:  # noqa: SIM109 (numba)
+                if j < 0 and not n:
+                    j = kset_find(st_keys, st_used, key)
+                if j >= 0:
+                    if fsm == INCREMENTING or st_pay[j, ST_SINCE] > eligible_before:
+                        # (switching: a candidate not tracked through the last R-cycle counts
+                        # this one; the paper's FSM resets those counts at its phase-out)
+                        if fsm == SWITCHING and early[0] > 0 and st_pay[j, ST_SINCE] == 2 * rc - 1:
+                            # admitted during the last R-cycle: at its first row of this one it
+                            # switches at once if its tuples outweigh the rows of a counted value
+                            # (early[0], a high quantile, reserved in s_B); past that many it gives up
+                            if st_pay[j, ST_ROWS] == 0 and st_pay[j, ST_SWITCH] == 0:
+                                if (
+                                    n * tuple_cost > switch_factor * (early[0] * row_cost + entry_cost)
+                                    and early[0] <= sb_allow[0]
+                                ):
+                                    sb_allow[0] -= early[0]
+                                    st_pay[j, ST_SWITCH] = 1
+                                    st_pay[j, ST_DECIDED] = rc
+                                    early[1] += 1
+                            elif st_pay[j, ST_SWITCH] == 1 and st_pay[j, ST_ROWS] >= early[0]:
+                                st_pay[j, ST_SWITCH] = DEFERRED  # its s_B rows are dropped at the switch-in
+                                early[2] += 1
+                        st_pay[j, ST_ROWS] += 1
+                    elif st_pay[j, ST_DECIDED] != rc:
+                        # first master tuple of the value in this R-cycle: decide once
+                        st_pay[j, ST_DECIDED] = rc
+                        # (a value met here has a row: a unique key's s_count is never counted)
+                        m = max(st_pay[j, ST_ROWS], 1)
+                        if n * tuple_cost > switch_factor * (m * row_cost + entry_cost):
+                            if m <= sb_allow[0]:  # s_B's rows stay within their reserve (ssbj.core.switchroom)
+                                sb_allow[0] -= m
                                 st_pay[j, ST_SWITCH] = 1
-                                st_pay[j, ST_DECIDED] = rc
-                                early[1] += 1
-                        elif st_pay[j, ST_SWITCH] == 1 and st_pay[j, ST_ROWS] >= early[0]:
-                            st_pay[j, ST_SWITCH] = DEFERRED  # its s_B rows are dropped at the switch-in
-                            early[2] += 1
-                    st_pay[j, ST_ROWS] += 1
-                elif st_pay[j, ST_DECIDED] != rc:
-                    # first master tuple of the value in this R-cycle: decide once
-                    st_pay[j, ST_DECIDED] = rc
-                    # (a value met here has a row: a unique key's s_count is never counted)
-                    m = max(st_pay[j, ST_ROWS], 1)
-                    if n * tuple_cost > switch_factor * (m * row_cost + entry_cost):
-                        if m <= sb_allow[0]:  # s_B's rows stay within their reserve (ssbj.core.switchroom)
-                            sb_allow[0] -= m
-                            st_pay[j, ST_SWITCH] = 1
-                        else:  # decided again next R-cycle (ssbj.core.stats.ValueStats.retry_deferred)
-                            st_pay[j, ST_SWITCH] = DEFERRED
-                            sb_allow[1] += 1
-                if st_pay[j, ST_SWITCH] == 1:  # every row of a switching value goes to s_B
-                    if nsb == sb.shape[0]:
-                        sb = _grow(sb, nsb + 1)
-                    sb[nsb] = i
-                    nsb += 1
-        if refresh:
-            j = kset_find(hk, hused, key)
-            if j >= 0:
-                if nrf == rf_row.shape[0]:
-                    rf_row = _grow(rf_row, nrf + 1)
-                    rf_slot = _grow(rf_slot, nrf + 1)
-                rf_row[nrf] = i
-                rf_slot[nrf] = j
-                nrf += 1
-            elif es_find(ek, key) >= 0:
-                n_empty += 1
+                            else:  # decided again next R-cycle (ssbj.core.stats.ValueStats.retry_deferred)
+                                st_pay[j, ST_SWITCH] = DEFERRED
+                                sb_allow[1] += 1
+                    if st_pay[j, ST_SWITCH] == 1:  # every row of a switching value goes to s_B
+                        if nsb == sb.shape[0]:
+                            sb = _grow(sb, nsb + 1)
+                        sb[nsb] = i
+                        nsb += 1
+            if refresh:
+                j = kset_find(hk, hused, key)
+                if j >= 0:
+                    if nrf == rf_row.shape[0]:
+                        rf_row = _grow(rf_row, nrf + 1)
+                        rf_slot = _grow(rf_slot, nrf + 1)
+                    rf_row[nrf] = i
+                    rf_slot[nrf] = j
+                    nrf += 1
+                elif es_find(ek, key) >= 0:
+                    n_empty += 1
+        if stop < b:
+            break
     return pm[:k], psl[:k], sb[:nsb], rf_row[:nrf], rf_slot[:nrf], n_empty, stop

@@ -9,6 +9,7 @@ of 1-4 pairs is in test_operator_properties.py).
 
 from __future__ import annotations
 
+import types
 from collections import Counter
 from typing import Any
 
@@ -81,3 +82,57 @@ def test_calls_bounded_counted_and_exact(algorithm: str, monkeypatch: Any) -> No
     assert split > 0  # partitions were probed in several calls
     assert out == batch_join(stream, master, "sk", "mk", ["mid", "attr"])
     assert max(peaks) <= 1.05, f"peak {max(peaks):.3f}x the budget"
+
+
+def test_grouped_loads_change_nothing_against_one_row_at_a_time(monkeypatch: Any) -> None:
+    """The kernel loads a group's index and filter words first; the result must be a per-row pass's.
+
+    States are captured from an SSBJ run over a master sorted by key (a value's rows are
+    neighbours, so a candidate admitted at one row has its next rows in the same group),
+    then each call runs as shipped and compiled again with groups of one row; outputs and
+    every array the kernel writes (statistics, filter bits, links, s_B's allowance) must match.
+    """
+    stream, master = _zipf_many_to_many(6_000, 30_000, seed=5)
+    master = master.sort_by("mk")
+    real = DP.disk_probe
+    calls: list[tuple[Any, ...]] = []
+
+    def spy(*args: Any) -> Any:
+        if len(calls) < 40 and args[9] >= 0:  # fsm: SSBJ's calls
+            calls.append(tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args))
+        return real(*args)
+
+    monkeypatch.setattr(DP, "disk_probe", spy)
+    spec = JoinSpec("sk", "mk", ("mid", "attr"), algorithm="ssbj", memory_budget=120_000, chunk_bytes=6_000)
+    op = SemiStreamJoin(spec, ArrowMaster(master, 1_500), stream.schema, master.schema)
+    for b in stream.to_batches(max_chunksize=2_000):
+        op.push(b)
+        while op.buffered_tuples:
+            op.step()
+    monkeypatch.setattr(DP, "disk_probe", real)
+    from numba import njit
+
+    from ssbj.core import diskprobe
+
+    # the same code with groups of one row: a new function over globals of its own (numba
+    # freezes a global's value when it compiles, and shares that across copies of one function)
+    fn = real.py_func
+    one_row = njit(types.FunctionType(fn.__code__, {**vars(diskprobe), "PROBE_GROUP": 1}, fn.__name__, fn.__defaults__))
+    assert len(calls) == 40
+    admitted_beside = 0
+    for c in calls:
+        a = [x.copy() if isinstance(x, np.ndarray) else x for x in c]
+        b = [x.copy() if isinstance(x, np.ndarray) else x for x in c]
+        got = real(*a)
+        want = one_row(*b)
+        for x, y in zip(got, want, strict=True):
+            assert np.array_equal(x, y)
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, np.ndarray):
+                assert np.array_equal(x, y)
+        # a candidate admitted at a row whose next row has the same key (both probed)
+        mk = c[0][c[-2] : got[-1]]
+        st_keys, st_used = a[16], a[17]
+        new = set(st_keys[st_used].tolist()) - set(c[16][c[17]].tolist())
+        admitted_beside += int(np.isin(mk[1:][mk[1:] == mk[:-1]], list(new)).sum())
+    assert admitted_beside > 0  # the case the group's stale filter bits would get wrong
