@@ -46,14 +46,7 @@ NAMES = list(inspect.signature(disk_probe.py_func).parameters)
 def capture(frac: float, out: str) -> None:
     """Pickle R-cycle 14's calls of SSBJ and of MESHJOIN at ``frac`` of R."""
     bench, ds, p, budget, b, rows = SA.setup(frac)
-    common: dict[str, Any] = {
-        "stream_key": ds.stream_key,
-        "master_key": ds.master_key,
-        "master_columns": ds.master_columns,
-        "max_step_tuples": p.max_step_tuples,
-        "disk_chunk_rows": rows,
-        "min_chunk_bytes": math.ceil(ds.v_s),
-    }
+    common = PS.spec_args(ds, p, rows)
     got = {}
     for alg in ("ssbj", "meshjoin"):
         spec = JoinSpec(algorithm=alg, chunk_bytes=max(1, budget // 16), memory_budget=budget, **common)

@@ -91,10 +91,9 @@ def relaid(calls: list[tuple[Any, ...]], load: float) -> list[tuple[Any, ...]]:
     return out
 
 
-def main(frac: float, loads: list[float]) -> None:
-    """Capture both states, then time the calls."""
-    bench, ds, p, budget, b, rows = SA.setup(frac)  # the step-cost driver's data and plan
-    common: dict[str, Any] = {
+def spec_args(ds: Any, p: Any, rows: int | None) -> dict[str, Any]:
+    """Return the ``JoinSpec`` arguments both captured runs share: the bound experiment's keys, columns, pieces."""
+    return {
         "stream_key": ds.stream_key,
         "master_key": ds.master_key,
         "master_columns": ds.master_columns,
@@ -102,6 +101,12 @@ def main(frac: float, loads: list[float]) -> None:
         "disk_chunk_rows": rows,
         "min_chunk_bytes": math.ceil(ds.v_s),
     }
+
+
+def main(frac: float, loads: list[float]) -> None:
+    """Capture both states, then time the calls."""
+    bench, ds, p, budget, b, rows = SA.setup(frac)  # the step-cost driver's data and plan
+    common = spec_args(ds, p, rows)
     s_spec = JoinSpec(algorithm="ssbj", chunk_bytes=max(1, budget // 16), memory_budget=budget, **common)
     s_op = SemiStreamJoin(
         s_spec, ArrowMaster(ds.master, b), ds.stream_schema, ds.master.schema, cost_model=bench.model()
