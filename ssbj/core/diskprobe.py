@@ -122,19 +122,17 @@ def disk_probe(
     g = PROBE_GROUP
     gh = np.empty(g, dtype=np.uint64)
     gword = np.empty(g, dtype=np.uint32)
-    gint = np.zeros(g, dtype=np.bool_)
     nix = hix.shape[0]
     for base in range(start, b, g):
         cnt = min(g, b - base)
-        # the group's home words and filter words first: loads that do not wait on each
-        # other, so their cache misses overlap (most rows find an empty word or no match)
+        # the group's home words first: loads that do not wait on each other, so their
+        # cache misses overlap (most rows find an empty word or no match). The interest
+        # filter is tested where it is used: it sits in L1, and testing it here as well
+        # cost SSBJ's probe 4-7% (docs/bound.md, "2026-12-07, day")
         for t in range(cnt):
             h = mix(mkeys[base + t])
             gh[t] = h
             gword[t] = hix[home(h, nix)]
-            if track:
-                gint[t] = interest_test(ibits, h)
-        bits_set = False  # a candidate admitted in this group: later rows test their bits again
         for t in range(cnt):
             i = base + t
             if k >= most_pairs:
@@ -163,7 +161,7 @@ def disk_probe(
                 if d == 0:
                     break
                 s -= d
-            maybe = (gint[t] or (bits_set and interest_test(ibits, h))) if track else False
+            maybe = interest_test(ibits, h) if track else False
             j = -1
             if n and track:
                 j = kset_find(st_keys, st_used, key) if maybe else -1
@@ -179,7 +177,6 @@ def disk_probe(
                         st_pay[j, ST_SWITCH] = 0
                         st_meta[0] += 1
                         interest_set(ibits, h)
-                        bits_set = True
                         maybe = True
                 if j >= 0:
                     st_pay[j, ST_LAST] = rc
