@@ -228,26 +228,18 @@ def exp_calibration(bench: Bench) -> Json:
     bench.log("calibration")
     default = CostModel()
     samples: list[tuple[StepCost, float]] = []
+    small = max(1, p.r_small // 4)
+    # an unmeasured pass over the smallest data first: on a cold numba cache, kernels a
+    # setting first needs after its warm-up compiled inside measured steps (r^2 0.19 against
+    # 0.89-0.91 with a warm cache, bench/results/costmodel/README.md)
+    _calibration_runs(bench, synthetic_dataset(p, small, 1.0, bench.seed + 1000), default)
     # two sizes of R: b x (tuples in H_S) is |R| x w_S in a steady step, so with one |R| the
     # probe's growth with H_S (c_hs) cannot be told from a cost per waiting tuple
-    for skew, r_rows in ((0.0, p.r_small), (1.0, p.r_small), (1.0, max(1, p.r_small // 4))):
+    for skew, r_rows in ((0.0, p.r_small), (1.0, p.r_small), (1.0, small)):
         ds = synthetic_dataset(p, r_rows, skew, bench.seed + 1000)
-        for k, chunk in p.calib_configs:
-            for algo in ALGORITHMS:
-                b = max(1, -(-ds.r_rows // k))
-                r = _run(
-                    ds,
-                    RunConfig(algo, b, chunk),
-                    p,
-                    default,
-                    record_steps=True,
-                    warm_cycles=3 if algo == "ssbj" else 1,
-                    measure_cycles=p.calib_cycles,
-                )
-                for s in r["steps"]:
-                    samples.append(
-                        (StepCost(s["b"], s["w_n"], s["w_s"], s["output_rows"], s["hs"]), s["c_loop_measured"])
-                    )
+        for r in _calibration_runs(bench, ds, default):
+            for s in r["steps"]:
+                samples.append((StepCost(s["b"], s["w_n"], s["w_s"], s["output_rows"], s["hs"]), s["c_loop_measured"]))
         bench.log(f"  calibration skew {skew:g}, |R| = {r_rows:,}: {len(samples)} steps so far")
     consts = calibrate(samples)
     bench.set_model(consts)
@@ -264,6 +256,19 @@ def exp_calibration(bench: Bench) -> Json:
         "configs": [list(c) for c in p.calib_configs],
         "r_rows": [p.r_small, max(1, p.r_small // 4)],
     }
+
+
+def _calibration_runs(bench: Bench, ds: Dataset, model: CostModel) -> list[Json]:
+    """Each calibration setting (k, chunk) of each algorithm on ``ds``, with its steps recorded."""
+    p = bench.p
+    runs = []
+    for k, chunk in p.calib_configs:
+        for algo in ALGORITHMS:
+            b = max(1, -(-ds.r_rows // k))
+            cfg = RunConfig(algo, b, chunk)
+            warm = 3 if algo == "ssbj" else 1
+            runs.append(_run(ds, cfg, p, model, record_steps=True, warm_cycles=warm, measure_cycles=p.calib_cycles))
+    return runs
 
 
 def stderr_log() -> Callable[[str], None]:
