@@ -29,7 +29,7 @@ from ssbj.core.jit import njit
 
 # mypy: disable-error-code="return-value,arg-type,no-any-return"
 
-PROBE_GROUP = 32  # master rows whose index and filter words are loaded together
+PROBE_GROUP = 32  # master rows whose home words in H_S's index are loaded together
 
 
 @njit(cache=True)

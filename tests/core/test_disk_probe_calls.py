@@ -85,7 +85,7 @@ def test_calls_bounded_counted_and_exact(algorithm: str, monkeypatch: Any) -> No
 
 
 def test_grouped_loads_change_nothing_against_one_row_at_a_time(monkeypatch: Any) -> None:
-    """The kernel loads a group's index and filter words first; the result must be a per-row pass's.
+    """The kernel loads a group's index words first; the result must be a per-row pass's.
 
     States are captured from an SSBJ run over a master sorted by key (a value's rows are
     neighbours, so a candidate admitted at one row has its next rows in the same group),
@@ -135,4 +135,4 @@ def test_grouped_loads_change_nothing_against_one_row_at_a_time(monkeypatch: Any
         st_keys, st_used = a[16], a[17]
         new = set(st_keys[st_used].tolist()) - set(c[16][c[17]].tolist())
         admitted_beside += int(np.isin(mk[1:][mk[1:] == mk[:-1]], list(new)).sum())
-    assert admitted_beside > 0  # the case the group's stale filter bits would get wrong
+    assert admitted_beside > 0  # the case a filter test made for the whole group first would get wrong
