@@ -229,14 +229,16 @@ def exp_calibration(bench: Bench) -> Json:
     default = CostModel()
     samples: list[tuple[StepCost, float]] = []
     small = max(1, p.r_small // 4)
+    smallest = synthetic_dataset(p, small, 1.0, bench.seed + 1000)
     # an unmeasured pass over the smallest data first: on a cold numba cache, kernels a
     # setting first needs after its warm-up compiled inside measured steps (r^2 0.19 against
     # 0.89-0.91 with a warm cache, bench/results/costmodel/README.md)
-    _calibration_runs(bench, synthetic_dataset(p, small, 1.0, bench.seed + 1000), default)
+    _calibration_runs(bench, smallest, default)
     # two sizes of R: b x (tuples in H_S) is |R| x w_S in a steady step, so with one |R| the
     # probe's growth with H_S (c_hs) cannot be told from a cost per waiting tuple
     for skew, r_rows in ((0.0, p.r_small), (1.0, p.r_small), (1.0, small)):
-        ds = synthetic_dataset(p, r_rows, skew, bench.seed + 1000)
+        same = (skew, r_rows) == (1.0, small)
+        ds = smallest if same else synthetic_dataset(p, r_rows, skew, bench.seed + 1000)
         for r in _calibration_runs(bench, ds, default):
             for s in r["steps"]:
                 samples.append((StepCost(s["b"], s["w_n"], s["w_s"], s["output_rows"], s["hs"]), s["c_loop_measured"]))
