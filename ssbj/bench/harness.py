@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -226,20 +226,9 @@ def exp_calibration(bench: Bench) -> Json:
     """
     p = bench.p
     bench.log("calibration")
-    default = CostModel()
     samples: list[tuple[StepCost, float]] = []
-    small = max(1, p.r_small // 4)
-    smallest = synthetic_dataset(p, small, 1.0, bench.seed + 1000)
-    # an unmeasured pass over the smallest data first: on a cold numba cache, kernels a
-    # setting first needs after its warm-up compiled inside measured steps (r^2 0.19 against
-    # 0.89-0.91 with a warm cache, bench/results/costmodel/README.md)
-    _calibration_runs(bench, smallest, default)
-    # two sizes of R: b x (tuples in H_S) is |R| x w_S in a steady step, so with one |R| the
-    # probe's growth with H_S (c_hs) cannot be told from a cost per waiting tuple
-    for skew, r_rows in ((0.0, p.r_small), (1.0, p.r_small), (1.0, small)):
-        same = (skew, r_rows) == (1.0, small)
-        ds = smallest if same else synthetic_dataset(p, r_rows, skew, bench.seed + 1000)
-        for r in _calibration_runs(bench, ds, default):
+    for skew, r_rows, runs in calibration_sets(bench):
+        for r in runs:
             for s in r["steps"]:
                 samples.append((StepCost(s["b"], s["w_n"], s["w_s"], s["output_rows"], s["hs"]), s["c_loop_measured"]))
         bench.log(f"  calibration skew {skew:g}, |R| = {r_rows:,}: {len(samples)} steps so far")
@@ -258,6 +247,24 @@ def exp_calibration(bench: Bench) -> Json:
         "configs": [list(c) for c in p.calib_configs],
         "r_rows": [p.r_small, max(1, p.r_small // 4)],
     }
+
+
+def calibration_sets(bench: Bench) -> Iterator[tuple[float, int, list[Json]]]:
+    """Yield the calibration's measured runs, one data set at a time: (skew, |R|, runs with their steps)."""
+    p = bench.p
+    default = CostModel()
+    small = max(1, p.r_small // 4)
+    smallest = synthetic_dataset(p, small, 1.0, bench.seed + 1000)
+    # an unmeasured pass over the smallest data first: on a cold numba cache, kernels a
+    # setting first needs after its warm-up compiled inside measured steps (r^2 0.19 against
+    # 0.89-0.91 with a warm cache, bench/results/costmodel/README.md)
+    _calibration_runs(bench, smallest, default)
+    # two sizes of R: b x (tuples in H_S) is |R| x w_S in a steady step, so with one |R| the
+    # probe's growth with H_S (c_hs) cannot be told from a cost per waiting tuple
+    for skew, r_rows in ((0.0, p.r_small), (1.0, p.r_small), (1.0, small)):
+        same = (skew, r_rows) == (1.0, small)
+        ds = smallest if same else synthetic_dataset(p, r_rows, skew, bench.seed + 1000)
+        yield skew, r_rows, _calibration_runs(bench, ds, default)
 
 
 def _calibration_runs(bench: Bench, ds: Dataset, model: CostModel) -> list[Json]:

@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ssbj.bench.datasets import synthetic_dataset
-from ssbj.bench.harness import PRESETS, Bench, RunConfig, _calibration_runs
+from ssbj.bench.harness import PRESETS, Bench, RunConfig, calibration_sets
 from ssbj.bench.run import ALGORITHMS
 from ssbj.core.costmodel import CostModel, StepCost, calibrate
 
@@ -49,16 +48,10 @@ def collect(out: str) -> None:
     """Measure the calibration's and Fig. 6c/d's steps in one process; save them to ``out``."""
     p = PRESETS["full"]
     bench = Bench(p, Path(tempfile.gettempdir()), 0, lambda m: print(m, file=sys.stderr))
-    default = CostModel()
-    small = max(1, p.r_small // 4)
-    smallest = synthetic_dataset(p, small, 1.0, bench.seed + 1000)
     algos = [a for _ in p.calib_configs for a in ALGORITHMS]
-    _calibration_runs(bench, smallest, default)  # unmeasured, as exp_calibration
     cal: list[list[float]] = []
-    for skew, r_rows in ((0.0, p.r_small), (1.0, p.r_small), (1.0, small)):
-        same = (skew, r_rows) == (1.0, small)
-        ds = smallest if same else synthetic_dataset(p, r_rows, skew, bench.seed + 1000)
-        cal += _rows(_calibration_runs(bench, ds, default), algos, skew, r_rows)
+    for skew, r_rows, runs in calibration_sets(bench):  # exp_calibration's runs
+        cal += _rows(runs, algos, skew, r_rows)
     val: list[list[float]] = []
     for skew in (0.0, 1.0):
         ds = bench.synthetic(p.r_small, skew)
