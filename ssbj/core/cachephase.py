@@ -54,52 +54,57 @@ def cache_probe(
     rf_oor: bool,
     row_fixed: int = 0,
     var_room: int = -1,
-) -> tuple[int, np.ndarray, np.ndarray, int, int, np.ndarray, int, int, int, int, int, int]:  # pragma: no cover
+) -> tuple[int, np.ndarray, np.ndarray, int, int, int, int, int, int, int, int]:  # pragma: no cover
     """Cache phase over ``keys[start:]``: H_R hits with their pairs, empty hits, NULLs and misses.
 
     Stops before the miss that would make the new H_S chunk exceed ``miss_budget`` bytes
     or ``max_misses`` tuples (``stop`` 1), or bring more than ``var_room`` bytes of strings
     into H_S's byte rings (a row's bytes beyond ``row_fixed``; ``stop`` 3; -1: no bound),
-    before a tuple whose pairs or word the arrays do not hold (``stop`` 2: the caller calls
-    again) or at ``max_tuples`` (``stop`` 0). Returns (consumed, pair tuple, pair H_R row,
-    pairs, tuples with pairs, idx, misses, tuples without pairs, of them NULL, miss bytes
-    used, tuples the R-filter answered, stop); the arrays whole, so the caller counts the
-    bytes they hold (at most 12 per tuple of ``max_tuples``; more only for one value with
-    more rows). The pairs are in tuple order; ``idx`` holds
-    the misses from its front and, from its back in reverse tuple order, the NULLs and the
-    tuples known to have no master rows: from an empty entry, from the R-filter (``rf_mode``
-    > 0, see :mod:`ssbj.core.rfilter`) or from an H_R entry without rows. Every value of
-    H_R and of the empty entries has its bits in ``ibits`` (:mod:`ssbj.core.interest`), so
-    a tuple whose bits are clear skips both lookups; the R-filter is asked in any case.
+    before a tuple the arrays may not hold (``stop`` 2: the caller calls again) or at
+    ``max_tuples`` (``stop`` 0). Returns (consumed, ti, pr, pairs, tuples with pairs,
+    misses, tuples without pairs, of them NULL, miss bytes used, tuples the R-filter
+    answered, stop); the arrays whole, so the caller counts the bytes they hold (8 per
+    tuple of ``max_tuples`` with the cache, 4 without; more only for one value with more
+    rows). Two int32 words a tuple read, each array filled from both ends
+    (:func:`split_call`): ``ti`` holds the pairs' tuples from its front and the misses from
+    its back; ``pr`` the pairs' H_R rows from its front and, from its back, the NULLs and
+    the tuples known to have no master rows: from an empty entry, from the R-filter
+    (``rf_mode`` > 0, see :mod:`ssbj.core.rfilter`) or from an H_R entry without rows.
+    Without the cache there are no pairs: ``pr`` is empty and those tuples fill ``ti``'s
+    front. Every value of H_R and of the empty entries has its bits in ``ibits``
+    (:mod:`ssbj.core.interest`), so a tuple whose bits are clear skips both lookups; the
+    R-filter is asked in any case.
     """
     n = keys.shape[0]
     limit = min(n, start + max_tuples)
     m = limit - start
     # int32: a batch's rows and H_R's rows stay below 2**31. A tuple takes a pair (a
-    # one-row value) or a word of idx, so the arrays are bounded by the tuples read;
-    # without the cache every tuple is a miss or a NULL: no pairs, idx for the chunk's
-    # room (a call stops when idx is full, ``stop`` 2)
-    mp = m if use_cache else 0
-    mi = m if use_cache else min(m, max(max_misses, 0) + 64)
-    ps = np.empty(mp, dtype=np.int32)
-    pr = np.empty(mp, dtype=np.int32)
-    idx = np.empty(mi, dtype=np.int32)
+    # one-row value) or a word at one array's back, so each array is bounded by the tuples
+    # read; without the cache every tuple is a miss or a NULL: ``ti`` for the chunk's room
+    # (a call stops when it is full, ``stop`` 2)
+    size = m if use_cache else min(m, max(max_misses, 0) + 64)
+    ti = np.empty(size, dtype=np.int32)
+    pr = np.empty(size if use_cache else 0, dtype=np.int32)
     k = 0
     n_hit = 0
     nm = 0
-    nb = 0  # tuples without pairs (at idx's back)
+    nb = 0  # tuples without pairs
     nn = 0
     nf = 0
     stop = 0
     var_used = 0
     i = start
     while i < limit:
-        if nm + nb == mi:
+        # room for one more word at either end (without the cache both ends are ti's)
+        if (k + max(nm, nb) if use_cache else nm + nb) >= size:
             stop = 2
             break
         if not valid[i]:
             nb += 1
-            idx[mi - nb] = i
+            if use_cache:
+                pr[size - nb] = i
+            else:
+                ti[nb - 1] = i
             nn += 1
             i += 1
             continue
@@ -110,20 +115,21 @@ def cache_probe(
             if j >= 0:
                 st = hpay[j, HR_START]
                 ln = hpay[j, HR_LEN]
-                if k + ln > ps.shape[0]:
-                    if k > 0:
+                if k + ln + max(nm, nb) > size:
+                    if k + nm + nb > 0:
                         stop = 2
                         break
-                    ps = np.empty(ln, dtype=np.int32)  # one value with more rows than the call's tuples
-                    pr = np.empty(ln, dtype=np.int32)
+                    size = ln  # one value with more rows than the call's tuples
+                    ti = np.empty(size, dtype=np.int32)
+                    pr = np.empty(size, dtype=np.int32)
                 if hpay[j, HR_F] < F_MAX_ROWS:
                     hpay[j, HR_F] += 1
                 if ln == 0:
                     nb += 1
-                    idx[mi - nb] = i
+                    pr[size - nb] = i
                 else:
                     for r in range(st, st + ln):
-                        ps[k] = i
+                        ti[k] = i
                         pr[k] = r
                         k += 1
                     n_hit += 1
@@ -131,14 +137,14 @@ def cache_probe(
                 continue
             if rf_mode > 0 and not rf_test(rf_bits, rf_mode, rf_base, rf_nbits, rf_oor, key):
                 nb += 1
-                idx[mi - nb] = i
+                pr[size - nb] = i
                 nf += 1
                 i += 1
                 continue
             j = es_find(eblob, key) if maybe else -1
             if j >= 0:
                 nb += 1
-                idx[mi - nb] = i
+                pr[size - nb] = i
                 es_hit(ecount, j)
                 i += 1
                 continue
@@ -148,15 +154,24 @@ def cache_probe(
         if var_room >= 0 and var_used + row_bytes[i] - row_fixed > var_room:
             stop = 3
             break
-        idx[nm] = i
         nm += 1
+        ti[size - nm] = i
         miss_used += row_bytes[i]
         var_used += row_bytes[i] - row_fixed
         i += 1
         if miss_used >= miss_budget:
             stop = 1
             break
-    return i - start, ps, pr, k, n_hit, idx, nm, nb, nn, miss_used, nf, stop
+    return i - start, ti, pr, k, n_hit, nm, nb, nn, miss_used, nf, stop
+
+
+def split_call(
+    ti: np.ndarray, pr: np.ndarray, k: int, nm: int, nb: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split a :func:`cache_probe` call's arrays into pairs (tuples, H_R rows), misses and the rest, in tuple order."""
+    miss_idx = ti[len(ti) - nm :][::-1]
+    none_idx = pr[len(pr) - nb :][::-1] if len(pr) else ti[:nb]
+    return ti[:k], pr[:k], miss_idx, none_idx
 
 
 def hs_room(op: SemiStreamJoin) -> int:
@@ -205,7 +220,7 @@ def cache_phase(
         buf = op._buffer[0]
         start = buf.pos
         most = min(remaining, call)
-        consumed, ps, pr, k, n_hits, idx, nm, nb, nn, used, n_filtered, stop = cache_probe(
+        consumed, ti, pr, k, n_hits, nm, nb, nn, used, n_filtered, stop = cache_probe(
             cache.index.keys,
             cache.index.used,
             cache.index.payload,
@@ -229,13 +244,12 @@ def cache_phase(
         consumed = int(consumed)
         n_hits = int(n_hits)
         # the probe's index arrays live until its tuples are taken and answered (one call at a time)
-        op._note_cache_transient(ps.nbytes + pr.nbytes + idx.nbytes)
+        op._note_cache_transient(ti.nbytes + pr.nbytes)
         if n_filtered:
             op._c.bump("filter_answered", int(n_filtered))
         if consumed == 0:
             break
-        ps, pr = ps[:k], pr[:k]
-        miss_idx, none_idx = idx[:nm], idx[len(idx) - nb :][::-1]
+        ps, pr, miss_idx, none_idx = split_call(ti, pr, k, nm, nb)
         op._buffer_bytes -= int(buf.row_bytes[start : start + consumed].sum())
         remaining -= consumed
         buf.pos += consumed
@@ -260,7 +274,7 @@ def cache_phase(
             miss_keys.append(buf.keys.values[miss_idx])
             miss_bytes += int(buf.row_bytes[miss_idx].sum())
             w_s += len(miss_idx)
-        del ps, pr, idx, miss_idx, none_idx  # before the next call allocates its own
+        del ti, ps, pr, miss_idx, none_idx  # before the next call allocates its own
         if buf.pos >= buf.table.num_rows:
             op._buffer.popleft()
         elif stop in (1, 3):

@@ -159,7 +159,7 @@ def complete_phase(
     call's, and the results are merged in slice order.
     """
     remaining = op.spec.max_step_tuples
-    per_call = B.cache_call_tuples(op)  # (the call's arrays: 16 B a tuple read and 8 a further pair, counted)
+    per_call = B.cache_call_tuples(op, B.COMPLETE_CALL_BYTES)  # (16 B a tuple read, 8 a further pair, counted)
     w_n = w_null = n_miss = 0
     hr_table = op.cache.table().select(op._pair_idx)
     while op._buffer and remaining > 0:
