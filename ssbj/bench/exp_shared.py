@@ -111,23 +111,28 @@ def exp_shared_jobs(
         fn(jobs(10), db, make_streams(small, seed + 2), small)
     for n in (5, 10):
         js = jobs(n)
-        runs: dict[str, list[Json]] = {"isolated": [], "shared": []}
-        for _ in range(reps):  # interleaved, so drift on the shared machine hits both alike
+        runs: dict[str, list[Json]] = {"isolated": [], "shared": [], "shared_pooled": []}
+        for _ in range(reps):  # interleaved, so drift on the shared machine hits all alike
             runs["isolated"].append(run_isolated(js, db, payloads, s))
             runs["shared"].append(run_shared(js, db, payloads, s))
+            runs["shared_pooled"].append(run_shared(js, db, payloads, s, pooled=True))
         iso = _median_run(runs["isolated"])
         sh = _median_run(runs["shared"])
+        po = _median_run(runs["shared_pooled"])
         exact = {
             "isolated": check_exact(js, db, payloads, iso.pop("outputs")),
             "shared": check_exact(js, db, payloads, sh.pop("outputs")),
+            "shared_pooled": check_exact(js, db, payloads, po.pop("outputs")),
         }
         iso["seconds_all_runs"] = [r["seconds"] for r in runs["isolated"]]
         sh["seconds_all_runs"] = [r["seconds"] for r in runs["shared"]]
+        po["seconds_all_runs"] = [r["seconds"] for r in runs["shared_pooled"]]
         tuples = sum(s.tuples for _ in js)  # stream tuples each job consumes
         entry: Json = {
             "jobs": [j.spec.name for j in js],
             "isolated": {**iso, "throughput": tuples / iso["seconds"]},
             "shared": {**sh, "throughput": tuples / sh["seconds"]},
+            "shared_pooled": {**po, "throughput": tuples / po["seconds"]},
             "exact": exact,
             "all_exact": all(e["exact"] for v in exact.values() for e in v),
             "predicted": predict(js, db, payloads, s),
@@ -136,16 +141,38 @@ def exp_shared_jobs(
                 "memory": iso["peak_memory"] / sh["peak_memory"],
                 "master_rows_read": iso["master_rows_read"] / max(1, sh["master_rows_read"]),
             },
+            # each scan's disk buffer takes its jobs' b rows together (run_shared's `pooled`)
+            "ratios_pooled": {
+                "throughput": iso["seconds"] / po["seconds"],
+                "memory": iso["peak_memory"] / po["peak_memory"],
+                "master_rows_read": iso["master_rows_read"] / max(1, po["master_rows_read"]),
+            },
         }
         res["sets"][str(n)] = entry
-        r = entry["ratios"]
+        r, rp = entry["ratios"], entry["ratios_pooled"]
         pr = entry["predicted"]
         log(
             f"  {n} jobs: throughput x{r['throughput']:.2f}, memory /{r['memory']:.2f}, "
             f"master rows read /{r['master_rows_read']:.2f}, exact: {entry['all_exact']}; "
-            f"predicted (Eq. 1-2): CPU /{pr['cpu_ratio']:.2f}, memory /{pr['memory_ratio']:.2f}"
+            f"predicted (Eq. 1-2): CPU /{pr['cpu_ratio']:.2f}, memory /{pr['memory_ratio']:.2f}; "
+            f"pooled buffers: throughput x{rp['throughput']:.2f}, memory /{rp['memory']:.2f}"
         )
     return res
+
+
+def headline_ratios(jobs_res: Json) -> Json:
+    """``ratios`` of results.json from a jobs run: shared, and shared with pooled disk buffers, over isolated."""
+    five, ten = jobs_res["sets"]["5"], jobs_res["sets"]["10"]
+    out: Json = {}
+    for name, key in (("shared/isolated", "ratios"), ("shared_pooled/isolated", "ratios_pooled")):
+        if key in five:
+            out[name] = {
+                "throughput": five[key]["throughput"],
+                "memory": five[key]["memory"],
+                "throughput_10_jobs": ten[key]["throughput"],
+                "memory_10_jobs": ten[key]["memory"],
+            }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,15 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.work), Scale(tuples=args.tuples, master="arrow"), reps=args.job_reps
         )
         commands["jobs"] = command
-        five, ten = doc["jobs"]["sets"]["5"], doc["jobs"]["sets"]["10"]
-        doc["ratios"] = {
-            "shared/isolated": {
-                "throughput": five["ratios"]["throughput"],
-                "memory": five["ratios"]["memory"],
-                "throughput_10_jobs": ten["ratios"]["throughput"],
-                "memory_10_jobs": ten["ratios"]["memory"],
-            }
-        }
+        doc["ratios"] = {**doc.get("ratios", {}), **headline_ratios(doc["jobs"])}
     path.write_text(json.dumps(doc, indent=2, default=str))
     print(f"written {path}")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +114,13 @@ def _cat(parts: list[pa.Table]) -> pa.Table | None:
     return pa.concat_tables(parts) if parts else None
 
 
-def run_shared(js: list[Job], db: Path, payloads: dict[str, list[bytes]], s: Scale) -> Json:
-    """All jobs on the shared operator: one decoding per stream, one scan per master and key."""
+def run_shared(js: list[Job], db: Path, payloads: dict[str, list[bytes]], s: Scale, pooled: bool = False) -> Json:
+    """All jobs on the shared operator: one decoding per stream, one scan per master and key.
+
+    ``pooled``: a scan's disk buffer takes the rows its jobs' buffers would take alone (b
+    times the jobs on that master), so its R-cycle has that many times fewer partitions;
+    otherwise every scan reads b rows a step, as each isolated job does.
+    """
     t0 = time.perf_counter()
     masters = {}
     for m in dict.fromkeys(j.spec.master for j in js):
@@ -123,7 +129,8 @@ def run_shared(js: list[Job], db: Path, payloads: dict[str, list[bytes]], s: Sca
         for j in js:
             if j.spec.master == m:
                 cols += [c for c in (j.spec.master_columns or ()) if c not in cols]
-        scan = _scan(db, m, cols, s)
+        n_jobs = sum(j.spec.master == m for j in js)
+        scan = _scan(db, m, cols, replace(s, partition_rows=s.partition_rows * n_jobs) if pooled else s)
         masters[m] = MasterSource(scan, scan.schema)
     streams = {n: SCHEMAS[n] for n in dict.fromkeys(j.spec.stream for j in js)}
     sj = SharedJoin([j.spec for j in js], streams, masters, step_rows=s.batch)
@@ -152,6 +159,7 @@ def run_shared(js: list[Job], db: Path, payloads: dict[str, list[bytes]], s: Sca
         "peak_memory_stream_store": peak_store,
         "master_rows_read": sj.master_rows_read(),
         "scan_groups": [[g.master, g.master_key, g.jobs, g.inline] for g in sj.groups],
+        "partition_rows": {m: src.scan.partition_rows for m, src in masters.items()},
         "outputs": [_cat(outs[j.spec.name]) for j in js],
         "counts": {k: c.__dict__ for k, c in sj.counts().items()},
     }

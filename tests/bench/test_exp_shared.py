@@ -16,6 +16,11 @@ def test_tiny_run_is_exact(tmp_path: Path) -> None:
         entry = res["sets"][n]
         assert entry["all_exact"], entry["exact"]
         assert len(entry["exact"]["shared"]) == int(n)
+        assert len(entry["exact"]["shared_pooled"]) == int(n)
+        # pooled: a scan's disk buffer takes b rows for each job on its master
+        per_master = {g[0]: len(g[2]) for g in entry["shared"]["scan_groups"]}
+        assert entry["shared"]["partition_rows"] == {m: 500 for m in per_master}
+        assert entry["shared_pooled"]["partition_rows"] == {m: 500 * n_jobs for m, n_jobs in per_master.items()}
         # three masters: three shared scans however many jobs
         assert len(entry["shared"]["scan_groups"]) == 3
         assert entry["shared"]["master_rows_read"] < entry["isolated"]["master_rows_read"]
