@@ -198,6 +198,13 @@ class SharedApplication(_Model):
         description="one budget for the whole application, split among its scan groups and stream store by "
         "the plan (ssbj plan --config ...); default: each group gets the largest join.memory",
     )
+    disk_buffer: Literal["largest", "pooled"] = Field(
+        default="largest",
+        description="b of a master scan the jobs share: 'largest', the largest b any of them has alone (fewest "
+        "master rows read); 'pooled', the sum of theirs (their disk buffers' rows in one: an R-cycle that many "
+        "times shorter, so stream rows wait fewer steps and take less memory, for as many master rows read as "
+        "separate scans; bench/shared)",
+    )
     drift: Annotated[float, Field(gt=0, le=100)] = Field(
         default=0.5,
         description="re-optimize when a measured rate or waiting share moves this far (relative) from the "

@@ -49,8 +49,15 @@ def sketch(cfg: JobConfig, rate: float, master_info: tuple[int, Any]) -> JobSket
 
 
 def partition_rows_for(cfgs: list[JobConfig], info: tuple[int, Any]) -> int:
-    """Return b of one master scan shared by ``cfgs``: ``master.partition_rows``, else the largest they plan alone."""
-    return cfgs[0].master.partition_rows or max(sketch(c, 1.0, info).partition_rows for c in cfgs)
+    """Return b of one master scan shared by ``cfgs`` (``shared.disk_buffer``).
+
+    ``largest``: ``master.partition_rows``, else the largest b they plan alone; ``pooled``:
+    the sum of each job's own b (its ``master.partition_rows`` or what it plans alone).
+    """
+    own = [c.master.partition_rows or sketch(c, 1.0, info).partition_rows for c in cfgs]
+    if cfgs[0].shared.disk_buffer == "pooled":
+        return sum(own)
+    return cfgs[0].master.partition_rows or max(own)
 
 
 def plan_for(
@@ -61,11 +68,8 @@ def plan_for(
     model: CostModel,
 ) -> RunPlan:
     """Return the application's plan for ``cfgs`` (``infos``, ``partition_rows``: per master id); see the module doc."""
-    jobs = []
-    for c in cfgs:
-        mid = multiconf.master_id(c)
-        sk = sketch(c, ASSUMED_RATE, infos[mid])
-        jobs.append(JobSketch(**{**sk.__dict__, "partition_rows": partition_rows.get(mid, sk.partition_rows)}))
+    # each job keeps its own b (the isolated prediction's); a store has its scan's (partition_rows)
+    jobs = [sketch(c, ASSUMED_RATE, infos[multiconf.master_id(c)]) for c in cfgs]
     if assumed is None:
         assumed = Assumed({j.stream: ASSUMED_RATE for j in jobs})
     caps = [c.join.step_rows for c in cfgs]
@@ -73,7 +77,7 @@ def plan_for(
     app = cfgs[0].shared.memory
     # without shared.memory: each group gets the largest join.memory, unless every job fixes w
     fallback = None if cap is not None else max(c.join.memory for c in cfgs)
-    return run_plan(jobs, assumed, app, model, step_cap=cap, fallback_budget=fallback)
+    return run_plan(jobs, assumed, app, model, step_cap=cap, fallback_budget=fallback, scan_rows=partition_rows)
 
 
 def plan_configs(
@@ -94,21 +98,19 @@ def plan_configs(
     assumed = None if rate is None else Assumed({multiconf.source_id(c): rate for c in cfgs})
     plan = plan_for(cfgs, infos, rows, assumed, model)
     assert plan.sharing is not None  # noqa: S101 - run_plan always sets it
-    jobs = [JobSketch(**{**j.__dict__}) for j in _sketches(cfgs, infos, rows, plan)]
+    jobs = _sketches(cfgs, infos, plan)
     what_if = None
     if capacity is not None:
-        what_if = optimize(jobs, model, capacity=capacity)
+        what_if = optimize(jobs, model, capacity=capacity, scan_rows=rows)
     return plan, what_if, jobs
 
 
-def _sketches(
-    cfgs: list[JobConfig], infos: dict[str, tuple[int, Any]], rows: dict[str, int], plan: RunPlan
-) -> list[JobSketch]:
+def _sketches(cfgs: list[JobConfig], infos: dict[str, tuple[int, Any]], plan: RunPlan) -> list[JobSketch]:
+    """Return the jobs at the plan's rates, each with its own b."""
     out = []
     for c in cfgs:
         mid, sid = multiconf.master_id(c), multiconf.source_id(c)
-        sk = sketch(c, plan.assumed.rates.get(sid, ASSUMED_RATE), infos[mid])
-        out.append(JobSketch(**{**sk.__dict__, "partition_rows": rows[mid]}))
+        out.append(sketch(c, plan.assumed.rates.get(sid, ASSUMED_RATE), infos[mid]))
     return out
 
 
@@ -153,7 +155,8 @@ def print_plan(plan: RunPlan, what_if: SharingPlan | None, jobs: list[JobSketch]
     for g in plan.groups:
         mem = "no budget" if g.budget is None else f"budget {g.budget / 1e6:.2f} MB"
         rows = "rows in its H_S" if g.inline else f"stream store ~{g.store_bytes / 1e6:.2f} MB"
-        print(f"  shared scan of {g.master}: {', '.join(g.jobs)}; w {g.step_rows:,} per stream, {mem}, {rows}")
+        b = "" if g.partition_rows is None else f"b {g.partition_rows:,} rows, "
+        print(f"  shared scan of {g.master}: {', '.join(g.jobs)}; {b}w {g.step_rows:,} per stream, {mem}, {rows}")
     rates = ", ".join(f"{s} {r:,.0f}/s" for s, r in plan.assumed.rates.items())
     print(f"  assumed rates: {rates}")
     print("predicted (Eq. 1-2 with the cost model's constants):")

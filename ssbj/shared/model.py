@@ -63,10 +63,20 @@ class SharingPlan:
     decodes_isolated: int
 
 
+def store_rows(mj: list[JobSketch], given: dict[str, int] | None = None) -> int:
+    """Return b of the scan the jobs ``mj`` of one master share: ``given[master]``, else the largest of theirs."""
+    if given and mj[0].master in given:
+        return given[mj[0].master]
+    return max(j.partition_rows for j in mj)
+
+
 def instance(
-    jobs: list[JobSketch], model: CostModel, shards: tuple[int, ...] = (1, 2, 4, 8)
+    jobs: list[JobSketch],
+    model: CostModel,
+    shards: tuple[int, ...] = (1, 2, 4, 8),
+    scan_rows: dict[str, int] | None = None,
 ) -> tuple[dict[str, Relation], list[Query]]:
-    """Relations (streams and masters) and one query per job."""
+    """Relations (streams and masters) and one query per job (``scan_rows``: b per master, :func:`store_rows`)."""
     k = model.k
     probe = 1e-9 * (k.c_h + k.c_e + k.c_s + k.c_a)
     rels: dict[str, Relation] = {}
@@ -78,7 +88,7 @@ def instance(
         mj = [j for j in jobs if j.master == m]
         attrs = tuple(sorted({j.master_key for j in mj}))
         steps = max(j.rate / j.step_rows for j in mj)
-        b = max(j.partition_rows for j in mj)
+        b = store_rows(mj, scan_rows)
         fixed = tuple(steps * 1e-9 * (p * k.c_fixed + b * (k.c_io_row + k.c_h + k.c_b)) for p in shards)
         rels[m] = Relation(
             m, attrs, rate=1.0, size=1.0, stream=False, shards=shards, fixed_cost=fixed, probe_cost=probe
@@ -108,10 +118,15 @@ def optimize(
     model: CostModel | None = None,
     capacity: float | None = 1.0,
     shards: tuple[int, ...] = (1, 2, 4, 8),
+    scan_rows: dict[str, int] | None = None,
 ) -> SharingPlan:
-    """Solve the sharing ILP for ``jobs``; predict CPU and memory of its plan and of isolated runs."""
+    """Solve the sharing ILP for ``jobs``; predict CPU and memory of its plan and of isolated runs.
+
+    ``scan_rows``: b of each master's shared scan where it is not the largest of its jobs' own
+    (a scan already open, or pooled disk buffers); isolated runs keep each job's own b.
+    """
     model = model or CostModel()
-    rels, queries = instance(jobs, model, shards)
+    rels, queries = instance(jobs, model, shards, scan_rows)
     try:
         sol = solve(build(rels, queries), rels, capacity=capacity)
     except InputError as exc:
@@ -135,7 +150,7 @@ def optimize(
     kept: dict[str, int] = {}  # stream -> most tuples any of its stores keeps waiting
     for (m, a, p), names in stores.items():
         mj = [by_name[n] for n in names]
-        b = max(j.partition_rows for j in mj)
+        b = store_rows(mj, scan_rows)
         parts = -(-mj[0].master_rows // b)
         w = {j.stream: j.step_rows for j in mj}
         v_r = sum({j.v_r for j in mj})  # upper bound of the union of projections

@@ -32,7 +32,7 @@ from typing import Any
 
 from ssbj.core.costmodel import DISK_ROW_OVERHEAD, HS_TUPLE_OVERHEAD, RESERVE_SHARE, CostModel
 from ssbj.errors import ConfigError
-from ssbj.shared.model import NARROW_ROW, JobSketch, SharingPlan, optimize
+from ssbj.shared.model import NARROW_ROW, JobSketch, SharingPlan, optimize, store_rows
 
 MIN_WAITING = 0.05  # a waiting share below this counts as this (drift is relative)
 
@@ -48,6 +48,7 @@ class GroupPlan:
     step_rows: int  # w: tuples of each of its streams per step
     budget: int | None  # bytes of its operator (None: no budget, fixed w)
     store_bytes: int  # predicted bytes of the stream-store rows it keeps
+    partition_rows: int | None = None  # b of its scan (None: a plan checkpointed before it was kept)
 
 
 @dataclass(frozen=True)
@@ -109,16 +110,18 @@ def run_plan(
     model: CostModel | None = None,
     step_cap: int | None = None,
     fallback_budget: int | None = None,
+    scan_rows: dict[str, int] | None = None,
 ) -> RunPlan:
     """Solve the sharing ILP for ``jobs`` at ``assumed`` rates and split ``budget`` among its groups.
 
     Without a budget every group runs with the jobs' own w (``JobSketch.step_rows``, the
     smallest of the group's) and ``fallback_budget`` for its operator (the core adapts w
-    to it). ``step_cap`` bounds every w (the jobs' ``join.step_rows``).
+    to it). ``step_cap`` bounds every w (the jobs' ``join.step_rows``). ``scan_rows``: b of
+    each master's scan (:func:`ssbj.shared.model.store_rows`).
     """
     model = model or CostModel()
     rated = [_with_rate(j, assumed.rates.get(j.stream, j.rate)) for j in jobs]
-    sharing = optimize(rated, model, capacity=None, shards=(1,))
+    sharing = optimize(rated, model, capacity=None, shards=(1,), scan_rows=scan_rows)
     by_name = {j.name: j for j in rated}
     readers: dict[str, int] = {}
     for s in sharing.stores:
@@ -131,7 +134,7 @@ def run_plan(
         streams = list(dict.fromkeys(j.stream for j in mj))
         inline = len(streams) == 1 and readers[streams[0]] == 1
         v_s = {j.stream: j.v_s for j in mj}
-        b = max(j.partition_rows for j in mj)
+        b = store_rows(mj, scan_rows)
         parts = -(-max(j.master_rows for j in mj) // b)
         v_r = sum({j.v_r for j in mj})
         f = max(assumed.waiting.get(str(s["master"]), 1.0), MIN_WAITING)
@@ -151,6 +154,7 @@ def run_plan(
                 "store_unit": store_unit,
                 "weight": rate * fixed_scan / len(streams),  # scan cost per second = weight / w
                 "own_w": min(j.step_rows for j in mj),
+                "b": b,
             }
         )
     own = [min(r["own_w"], step_cap or r["own_w"]) for r in rows]
@@ -168,6 +172,7 @@ def run_plan(
                 step_rows=int(w),
                 budget=grp_budget,
                 store_bytes=int(r["store_unit"] * w),
+                partition_rows=int(r["b"]),
             )
         )
     return RunPlan(

@@ -179,3 +179,39 @@ def test_a_death_inside_a_drift_switch_loses_and_repeats_nothing(tmp_path: Path,
     for n in "ab":
         _check(tmp_path, n, orders, p)
     _check(tmp_path, "c", [], p)
+
+
+def test_pooled_disk_buffers_give_a_shared_scan_its_jobs_rows_and_stay_exact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_masters(tmp_path)
+    pooled = {**SHARED, "disk_buffer": "pooled"}
+    cfgs = {n: _cfg(tmp_path, n, pooled) for n in "abcd"}
+    by_master: dict[str, list[str]] = {}
+    for n, c in cfgs.items():
+        by_master.setdefault(multiconf.master_id(c), []).append(n)
+    paths = []
+    for n, c in cfgs.items():
+        path = tmp_path / f"{n}.yaml"
+        path.write_text(yaml.safe_dump(c.model_dump(mode="json", by_alias=True), sort_keys=False))
+        paths.append(str(path))
+    assert main(["plan", "--config", *paths, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)["run_plan"]
+    clock = Clock()
+    p = _proc(tmp_path, "abcd", clock, pooled)
+    assert p.planner.plan is not None and p.planner.plan.to_dict() == printed
+    # each scan reads the rows of its jobs' own disk buffers together
+    for mid, names in by_master.items():
+        assert p.partition_rows[mid] == sum(cfgs[n].master.partition_rows or 0 for n in names)
+        (group,) = [g for g in p.planner.plan.groups if sorted(g.jobs) == sorted(names)]
+        assert group.partition_rows == p.partition_rows[mid]  # the plan prices the scan it runs
+    assert sorted(len(v) for v in by_master.values()) == [1, 3]
+    orders = [land(tmp_path, "orders", f, 150) for f in range(5)]
+    clicks = [land(tmp_path, "clicks", f, 120) for f in range(3)]
+    _feed(p, clock, multiconf.source_id(cfgs["a"]), orders, 0, 1.0)
+    for i, f in enumerate(clicks):
+        p.process(multiconf.source_id(cfgs["c"]), i, lambda f=f: _raw(f))
+    p.drain()
+    for n in "abd":
+        _check(tmp_path, n, orders, p)
+    _check(tmp_path, "c", clicks, p)
