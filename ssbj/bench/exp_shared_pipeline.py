@@ -127,6 +127,7 @@ def job_config(spec: tuple[str, str, str, str, list[str], str], mode: str, env: 
                 "partition_rows": env["b"],
             },
             "join": {"stream_key": key, "type": how, "step_rows": env["w"]},
+            "shared": {"disk_buffer": env["disk_buffer"]},  # read by the shared runs only
             "sink": {"kind": "parquet", "path": str(root / "out" / name)},
             "dead_letter": {"kind": "parquet", "path": str(root / "dead" / name)},
             "checkpoint": str(root / "ck" / name),
@@ -232,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--reps", type=int, default=2, help="runs per mode, alternating which goes first")
     ap.add_argument("--out", default="bench/shared")
+    ap.add_argument(
+        "--disk-buffer",
+        choices=("largest", "pooled"),
+        default="largest",
+        help="shared.disk_buffer of the shared runs; pooled writes pipeline_pooled (and *_pooled ratios)",
+    )
     args = ap.parse_args(argv)
     scale = es.Scale(args.customers, args.products, args.suppliers, args.tuples, args.batch, args.b)
     os.environ[PW_ENV] = PASSWORD
@@ -251,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 "url": f"mysql+pymysql://ssbj@127.0.0.1:{server.port}/ssbj",
                 "b": args.b,
                 "w": args.w,
+                "disk_buffer": args.disk_buffer,
             }
             spark = None
             sets = []
@@ -332,10 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out) / "results.json"
     res = json.loads(out.read_text()) if out.exists() else {}
-    res["pipeline"] = doc
+    doc["disk_buffer"] = args.disk_buffer
+    suffix = "_pooled" if args.disk_buffer == "pooled" else ""
+    res["pipeline" + suffix] = doc
     ratios = res.setdefault("ratios", {})
     for row in sets:
-        ratios[f"pipeline_{row['jobs']}_jobs"] = {
+        ratios[f"pipeline_{row['jobs']}_jobs{suffix}"] = {
             "shared/isolated": {"throughput": row["throughput_ratio"], "memory": row["memory_ratio"]}
         }
     out.parent.mkdir(parents=True, exist_ok=True)
