@@ -334,13 +334,13 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m ssbj.bench.exp_shared_pipeline " + " ".join(argv if argv is not None else sys.argv[1:]),
         "scale": {k: v for k, v in scale.__dict__.items() if k != "master"},  # masters: MariaDB
         "w": args.w,
+        "disk_buffer": args.disk_buffer,
         "machine": f"{os.cpu_count()} cores, shared with other work (load not controlled)",
         "seconds_total": time.perf_counter() - t_all,
         "sets": sets,
     }
     out = Path(args.out) / "results.json"
     res = json.loads(out.read_text()) if out.exists() else {}
-    doc["disk_buffer"] = args.disk_buffer
     suffix = "_pooled" if args.disk_buffer == "pooled" else ""
     res["pipeline" + suffix] = doc
     ratios = res.setdefault("ratios", {})

@@ -172,7 +172,7 @@ def run_plan(
                 step_rows=int(w),
                 budget=grp_budget,
                 store_bytes=int(r["store_unit"] * w),
-                partition_rows=int(r["b"]),
+                partition_rows=r["b"],
             )
         )
     return RunPlan(

@@ -67,13 +67,19 @@ def _groups(p: MultiProcessor) -> list[tuple[list[str], int, int | None]]:
     ]
 
 
+def _job_files(root: Path, cfgs: dict[str, Any]) -> list[str]:
+    """Write each job's file as ``ssbj plan --config`` reads it; return the paths."""
+    paths = []
+    for n, c in cfgs.items():
+        path = root / f"{n}.yaml"
+        path.write_text(yaml.safe_dump(c.model_dump(mode="json", by_alias=True), sort_keys=False))
+        paths.append(str(path))
+    return paths
+
+
 def test_the_printed_plan_is_the_plan_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_masters(tmp_path)
-    paths = []
-    for n in "abcd":
-        path = tmp_path / f"{n}.yaml"
-        path.write_text(yaml.safe_dump(_cfg(tmp_path, n).model_dump(mode="json", by_alias=True), sort_keys=False))
-        paths.append(str(path))
+    paths = _job_files(tmp_path, {n: _cfg(tmp_path, n) for n in "abcd"})
     assert main(["plan", "--config", *paths, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)["run_plan"]
     p = _proc(tmp_path, "abcd", Clock())
@@ -190,12 +196,7 @@ def test_pooled_disk_buffers_give_a_shared_scan_its_jobs_rows_and_stay_exact(
     by_master: dict[str, list[str]] = {}
     for n, c in cfgs.items():
         by_master.setdefault(multiconf.master_id(c), []).append(n)
-    paths = []
-    for n, c in cfgs.items():
-        path = tmp_path / f"{n}.yaml"
-        path.write_text(yaml.safe_dump(c.model_dump(mode="json", by_alias=True), sort_keys=False))
-        paths.append(str(path))
-    assert main(["plan", "--config", *paths, "--json"]) == 0
+    assert main(["plan", "--config", *_job_files(tmp_path, cfgs), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)["run_plan"]
     clock = Clock()
     p = _proc(tmp_path, "abcd", clock, pooled)
